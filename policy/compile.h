@@ -1,0 +1,194 @@
+// Compilation: a validated policy flattened, for one host vendor, into
+// immutable per-domain lookup tables. A trap does one lookup and never walks
+// rules; lookups allocate nothing and take no lock.
+//
+// Precedence is by specificity only (DESIGN.md, "The policy model"), in this
+// order of keys:
+//   1. the domain layer before the default layer;
+//   2. a single MSR before a range, a narrower range before a wider one;
+//   3. a rule with more conditions (host_vendor, guest_vendor,
+//      hardware_domain) before one with fewer.
+// A rule whose conditions do not match this host and domain is dropped.
+// The read and write halves are decided independently: a rule that leaves
+// `read` unset passes the read decision on to the next most specific matching
+// rule (likewise `write`), and a half no rule decides follows the layer's
+// unknown_msr mode. `value` travels with the read half; writable_mask,
+// on_reserved_bits and allow_host_write travel with the write half; `audit`
+// is set if either deciding rule asks for it.
+//
+// vPMU: when a domain's vPMU is off, the PMU MSRs (Intel IA32_PMCn,
+// IA32_PERFEVTSELn, IA32_A_PMCn, fixed counters, global control/status,
+// PEBS/DS; AMD K7 and F15h PERF_CTL/PERF_CTR, PERF_CNTR_GLOBAL_*) read and
+// write #GP whatever the rules say. This is compile-time logic rather than
+// shipped rules, because it must hold for every policy, not only the shipped
+// one; explain reports it as layer "vpmu-off".
+//
+// Thread-safety: Snapshot and DomainSnapshot are immutable once built and safe
+// to read from any number of threads.
+#ifndef PVEMU_POLICY_COMPILE_H_
+#define PVEMU_POLICY_COMPILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "policy/source_map.h"
+#include "pvemu/v1/policy.pb.h"
+
+namespace pvemu::policy {
+
+// Where a decision came from, for explain and audit.
+struct RuleOrigin {
+  std::string layer;    // "default", "domain", "unknown-msr" or "vpmu-off"
+  std::string source;   // "FILE:LINE" (or "FILE:PATH" without positions)
+  std::string comment;  // the rule's comment
+};
+
+// The final decision for one MSR in one domain.
+struct MsrEntry {
+  pvemu::v1::ReadAction::Action read = pvemu::v1::ReadAction::GP;
+  pvemu::v1::WriteAction::Action write = pvemu::v1::WriteAction::GP;
+  // CONST: the value read; SHADOW: the register's initial value (if
+  // has_value; else the host's value, or 0).
+  uint64_t value = 0;
+  bool has_value = false;
+  uint64_t writable_mask = ~uint64_t{0};  // bits a guest write may change
+  bool drop_reserved = false;  // a write touching other bits is dropped, not #GP
+  bool allow_host_write = false;
+  bool audit = false;
+  bool unknown = false;  // no rule named this MSR: the unknown_msr mode decided
+  uint32_t read_origin = 0;   // index into DomainSnapshot::origin()
+  uint32_t write_origin = 0;
+};
+
+// One compiled CPUID leaf.
+struct CpuidDecision {
+  pvemu::v1::CpuidEntry::Source source = pvemu::v1::CpuidEntry::HOST;
+  uint32_t set[4] = {0, 0, 0, 0};    // eax, ebx, ecx, edx
+  uint32_t clear[4] = {0, 0, 0, 0};
+  std::string origin;  // "FILE:LINE"
+};
+
+struct TscConfig {
+  pvemu::v1::TscPolicy::Mode mode = pvemu::v1::TscPolicy::NATIVE;
+  int64_t offset = 0;
+  uint64_t frequency_khz = 0;
+};
+
+// Who a compiled snapshot is for.
+struct DomainContext {
+  uint32_t domain = 0;
+  bool hardware_domain = false;
+  pvemu::v1::Vendor guest_vendor = pvemu::v1::VENDOR_UNSPECIFIED;
+};
+
+class DomainSnapshot {
+ public:
+  // The decision for an MSR; never fails (unknown MSRs get the fallback).
+  // One hash probe, then on a miss one binary search over the ranges.
+  const MsrEntry& Lookup(uint32_t msr) const {
+    auto it = singles_.find(msr);
+    if (it != singles_.end()) return it->second;
+    // First interval whose `last` >= msr.
+    size_t lo = 0, hi = ranges_.size();
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (ranges_[mid].last < msr) lo = mid + 1; else hi = mid;
+    }
+    if (lo < ranges_.size() && ranges_[lo].first <= msr) return ranges_[lo].entry;
+    return fallback_;
+  }
+
+  // The CPUID decision for a leaf/subleaf, or nullptr: use the host's value.
+  // An exact subleaf beats an any-subleaf entry; the domain beats the default.
+  const CpuidDecision* Cpuid(uint32_t leaf, uint32_t subleaf) const;
+
+  // Whether every port in [port, port + width) is granted.
+  bool PortAllowed(uint32_t port, uint32_t width) const;
+
+  const TscConfig& tsc() const { return tsc_; }
+  bool vpmu() const { return vpmu_; }
+  pvemu::v1::Vendor guest_vendor() const { return context_.guest_vendor; }
+  bool hardware_domain() const { return context_.hardware_domain; }
+  uint32_t domain() const { return context_.domain; }
+  bool has_overlay() const { return has_overlay_; }
+  const MsrEntry& fallback() const { return fallback_; }
+  pvemu::v1::UnknownMsr unknown_msr() const { return unknown_msr_; }
+  const RuleOrigin& origin(uint32_t index) const { return origins_[index]; }
+
+  // Sizes, for tests and stats.
+  size_t single_count() const { return singles_.size(); }
+  size_t range_count() const { return ranges_.size(); }
+  struct Interval {
+    uint32_t first;
+    uint32_t last;
+    MsrEntry entry;
+  };
+  const std::vector<Interval>& ranges() const { return ranges_; }
+
+ private:
+  friend class Compiler;
+  DomainSnapshot() = default;
+
+  DomainContext context_;
+  bool has_overlay_ = false;
+  absl::flat_hash_map<uint32_t, MsrEntry> singles_;
+  std::vector<Interval> ranges_;  // sorted, disjoint
+  MsrEntry fallback_;
+  pvemu::v1::UnknownMsr unknown_msr_ = pvemu::v1::UNKNOWN_GP;
+  std::vector<RuleOrigin> origins_;
+  absl::flat_hash_map<uint64_t, CpuidDecision> cpuid_exact_;  // leaf << 32 | subleaf
+  absl::flat_hash_map<uint32_t, CpuidDecision> cpuid_any_;
+  std::vector<std::pair<uint32_t, uint32_t>> ports_;  // sorted, merged
+  TscConfig tsc_;
+  bool vpmu_ = false;
+};
+
+// A whole host's compiled policy at one generation.
+class Snapshot {
+ public:
+  uint64_t generation() const { return generation_; }
+  pvemu::v1::Vendor host_vendor() const { return host_vendor_; }
+  // The policy this was compiled from.
+  const pvemu::v1::Policy& policy() const { return policy_; }
+
+  // The snapshot for a domain: its overlay's, else dom0's or the generic
+  // non-hardware domain's. Never fails; no allocation, no lock.
+  const DomainSnapshot& ForDomain(uint32_t domid) const {
+    auto it = overlays_.find(domid);
+    if (it != overlays_.end()) return *it->second;
+    return domid == 0 ? *dom0_ : *other_;
+  }
+
+ private:
+  friend class Compiler;
+  Snapshot() = default;
+
+  uint64_t generation_ = 0;
+  pvemu::v1::Vendor host_vendor_ = pvemu::v1::VENDOR_UNSPECIFIED;
+  pvemu::v1::Policy policy_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<DomainSnapshot>> overlays_;
+  std::unique_ptr<DomainSnapshot> dom0_;
+  std::unique_ptr<DomainSnapshot> other_;
+};
+
+// Validates `policy` and compiles it for a host of `host_vendor`.
+// InvalidArgument (all validation errors) if the policy is invalid.
+absl::StatusOr<std::shared_ptr<const Snapshot>> CompilePolicy(
+    const pvemu::v1::Policy& policy, const SourceMap& source,
+    pvemu::v1::Vendor host_vendor, uint64_t generation);
+
+// Compiles one domain (for tests and `explain` of a hypothetical domain).
+absl::StatusOr<std::unique_ptr<const DomainSnapshot>> CompileDomain(
+    const pvemu::v1::Policy& policy, const SourceMap& source,
+    pvemu::v1::Vendor host_vendor, uint32_t domid);
+
+// Whether `msr` is one of the PMU MSRs that #GP while vPMU is off.
+bool IsPmuMsr(uint32_t msr);
+
+}  // namespace pvemu::policy
+
+#endif  // PVEMU_POLICY_COMPILE_H_

@@ -1,0 +1,58 @@
+// Where each field of a parsed policy came from, so validators and `explain`
+// can say "FILE:LINE:COL". Positions are keyed by field path
+// ("domain[1].msr[0].writable_mask"); a policy that arrived as a message
+// (gRPC) has a SourceMap with a name and no positions, and errors then name
+// the field path instead of a line.
+//
+// Thread-safety: immutable after construction; safe to share.
+#ifndef PVEMU_POLICY_SOURCE_MAP_H_
+#define PVEMU_POLICY_SOURCE_MAP_H_
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/text_format.h"
+
+namespace pvemu::policy {
+
+class SourceMap {
+ public:
+  // No positions; errors read "SOURCE:PATH: message".
+  explicit SourceMap(std::string source = "<policy>") : source_(std::move(source)) {}
+
+  // Every field position recorded in `tree` (from parsing `root`).
+  static SourceMap FromParseInfo(std::string source,
+                                 const google::protobuf::Message& root,
+                                 const google::protobuf::TextFormat::ParseInfoTree& tree);
+
+  const std::string& source() const { return source_; }
+  bool has_positions() const { return !pos_.empty(); }
+
+  // 1-based line of a field path, or 0 if unknown.
+  int Line(absl::string_view path) const;
+
+  // "FILE:LINE:COL" for a known path, else "FILE:PATH". Falls back to the
+  // nearest enclosing path that has a position (a rule's, a layer's).
+  std::string Where(absl::string_view path) const;
+  // "FILE:LINE" (for explain and tie messages), else "FILE:PATH".
+  std::string WhereLine(absl::string_view path) const;
+
+ private:
+  struct Pos {
+    int line;  // 1-based
+    int col;   // 1-based
+  };
+  const Pos* Find(absl::string_view path) const;
+  void Record(const google::protobuf::Message& msg,
+              const google::protobuf::TextFormat::ParseInfoTree& tree,
+              const std::string& prefix);
+
+  std::string source_;
+  absl::flat_hash_map<std::string, Pos> pos_;
+};
+
+}  // namespace pvemu::policy
+
+#endif  // PVEMU_POLICY_SOURCE_MAP_H_
