@@ -1,0 +1,239 @@
+#include "server/hosts/sim_host.h"
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "policy/catalog.h"
+#include "policy/vendor.h"
+#include "pvemu/status_macros.h"
+#include "server/hosts/native_cpuid.h"
+
+namespace pvemu::server {
+namespace {
+
+// CPUID.1:EAX for a display family/model/stepping (Intel SDM vol. 2,
+// "CPUID—Returns Processor Identification"; the AMD APM encodes it alike).
+absl::StatusOr<uint32_t> Signature(uint32_t family, uint32_t model,
+                                   uint32_t stepping) {
+  if (family > 0xf + 0xff) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("family %#x does not fit CPUID (at most 0x10e)", family));
+  }
+  uint32_t base_family = family < 0xf ? family : 0xf;
+  uint32_t ext_family = family < 0xf ? 0 : family - 0xf;
+  // Only families 6 and 15 (and up) use the extended model field.
+  bool ext_model_ok = base_family == 0x6 || base_family == 0xf;
+  if (model > (ext_model_ok ? 0xffu : 0xfu)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model %#x does not fit CPUID for family %#x", model, family));
+  }
+  if (stepping > 0xf) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stepping %#x does not fit CPUID (at most 0xf)", stepping));
+  }
+  return stepping | (model & 0xf) << 4 | base_family << 8 |
+         (model >> 4) << 16 | ext_family << 20;
+}
+
+std::string LeafText(uint32_t leaf, bool has_subleaf, uint32_t subleaf) {
+  return has_subleaf ? absl::StrFormat("leaf %#x subleaf %u", leaf, subleaf)
+                     : absl::StrFormat("leaf %#x (any subleaf)", leaf);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
+    const pvemu::v1::HostProfile& profile, absl::string_view source_name) {
+  const std::string where =
+      absl::StrCat(source_name, ": host profile '", profile.name(), "'");
+  auto error = [&where](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", parts...));
+  };
+
+  if (profile.vendor() == pvemu::v1::VENDOR_UNSPECIFIED) {
+    return error("sets no vendor; add e.g. 'vendor: INTEL' "
+                 "(INTEL, AMD, HYGON, CENTAUR or ZHAOXIN)");
+  }
+  absl::string_view vendor_id = policy::VendorCpuidString(profile.vendor());
+  if (vendor_id.empty()) {
+    return error("vendor ", static_cast<int>(profile.vendor()),
+                 " is not a known vendor");
+  }
+  if (profile.cpus() < 1) {
+    return error("cpus is 0; a host has at least 1 CPU (e.g. 'cpus: 12')");
+  }
+  if (profile.cpus() > kMaxCpus) {
+    return error("cpus is ", profile.cpus(), "; at most ", kMaxCpus,
+                 " are supported");
+  }
+
+  auto host = std::unique_ptr<SimHost>(new SimHost());
+  host->vendor_ = profile.vendor();
+  host->description_ = absl::StrCat(
+      "sim: ", profile.name().empty() ? source_name : profile.name());
+  host->tsc_khz_ = profile.tsc_khz();
+  host->cpus_ = profile.cpus();
+
+  // MSRs: resolve, reject duplicates, sort by index for the binary search.
+  struct Listed {
+    uint32_t index;
+    int entry;  // position in profile.msr()
+  };
+  std::vector<Listed> listed;
+  listed.reserve(profile.msr_size());
+  for (int i = 0; i < profile.msr_size(); ++i) {
+    const pvemu::v1::HostMsr& m = profile.msr(i);
+    absl::StatusOr<uint32_t> index = policy::ParseMsr(m.msr());
+    if (!index.ok()) {
+      return error("msr[", i, "] '", m.msr(), "': ", index.status().message());
+    }
+    listed.push_back({*index, i});
+  }
+  std::stable_sort(listed.begin(), listed.end(),
+                   [](const Listed& a, const Listed& b) { return a.index < b.index; });
+  for (size_t i = 1; i < listed.size(); ++i) {
+    if (listed[i].index == listed[i - 1].index) {
+      const Listed& first = listed[i - 1];
+      const Listed& again = listed[i];
+      return error("msr[", again.entry, "] '", profile.msr(again.entry).msr(),
+                   "' lists MSR ", absl::StrFormat("%#x", again.index),
+                   " again (already msr[", first.entry, "] '",
+                   profile.msr(first.entry).msr(), "')");
+    }
+  }
+  const size_t n = listed.size();
+  host->msrs_.reserve(n);
+  host->values_ = std::make_unique<std::atomic<uint64_t>[]>(n * host->cpus_);
+  host->injected_ = std::make_unique<std::atomic<bool>[]>(n);
+  for (size_t i = 0; i < n; ++i) {
+    const pvemu::v1::HostMsr& m = profile.msr(listed[i].entry);
+    host->msrs_.push_back({listed[i].index, m.faults(), m.writable()});
+    for (uint32_t cpu = 0; cpu < host->cpus_; ++cpu) {
+      host->values_[i * host->cpus_ + cpu].store(m.value(),
+                                                 std::memory_order_relaxed);
+    }
+    host->injected_[i].store(false, std::memory_order_relaxed);
+  }
+
+  // CPUID: reject duplicates, check leaf 0 against the vendor, derive
+  // leaves 0 and 1 when missing.
+  bool have_leaf0 = false;
+  bool have_leaf1 = false;
+  uint32_t max_basic_leaf = 0;
+  std::vector<std::pair<CpuidLeaf, int>> leaves;
+  for (int i = 0; i < profile.cpuid_size(); ++i) {
+    const pvemu::v1::HostCpuid& c = profile.cpuid(i);
+    CpuidLeaf leaf{c.leaf(), c.has_subleaf(), c.subleaf(),
+                   {c.regs().eax(), c.regs().ebx(), c.regs().ecx(),
+                    c.regs().edx()}};
+    for (const auto& [other, j] : leaves) {
+      if (other.leaf == leaf.leaf && other.has_subleaf == leaf.has_subleaf &&
+          (!leaf.has_subleaf || other.subleaf == leaf.subleaf)) {
+        return error("cpuid[", i, "] repeats ",
+                     LeafText(leaf.leaf, leaf.has_subleaf, leaf.subleaf),
+                     " (already cpuid[", j, "])");
+      }
+    }
+    if (leaf.leaf == 0) {
+      have_leaf0 = true;
+      pvemu::v1::Vendor named = VendorFromLeaf0(leaf.regs);
+      if (named != profile.vendor()) {
+        emulator::CpuidRegs expected;
+        SetLeaf0VendorString(vendor_id, &expected);
+        return error("cpuid[", i, "] leaf 0 does not name the vendor '",
+                     vendor_id, "' (want ebx ",
+                     absl::StrFormat("%#x edx %#x ecx %#x", expected.ebx,
+                                     expected.edx, expected.ecx),
+                     "); drop the entry to derive it from 'vendor'");
+      }
+    }
+    if (leaf.leaf == 1) have_leaf1 = true;
+    if (leaf.leaf < 0x80000000u) max_basic_leaf = std::max(max_basic_leaf, leaf.leaf);
+    leaves.emplace_back(leaf, i);
+  }
+  for (auto& [leaf, i] : leaves) host->cpuid_.push_back(leaf);
+  if (!have_leaf0) {
+    CpuidLeaf leaf0{0, false, 0, {}};
+    // Without a profile leaf 1 the derived one below is the highest.
+    leaf0.regs.eax = std::max<uint32_t>(max_basic_leaf, profile.family() ? 1 : 0);
+    SetLeaf0VendorString(vendor_id, &leaf0.regs);
+    host->cpuid_.push_back(leaf0);
+  }
+  if (!have_leaf1 && profile.family() != 0) {
+    absl::StatusOr<uint32_t> eax =
+        Signature(profile.family(), profile.model(), profile.stepping());
+    if (!eax.ok()) return error(eax.status().message());
+    CpuidLeaf leaf1{1, false, 0, {}};
+    leaf1.regs.eax = *eax;
+    host->cpuid_.push_back(leaf1);
+  }
+  std::sort(host->cpuid_.begin(), host->cpuid_.end(),
+            [](const CpuidLeaf& a, const CpuidLeaf& b) {
+              return std::tie(a.leaf, a.has_subleaf, a.subleaf) <
+                     std::tie(b.leaf, b.has_subleaf, b.subleaf);
+            });
+  return host;
+}
+
+int SimHost::FindMsr(uint32_t index) const {
+  auto it = std::lower_bound(
+      msrs_.begin(), msrs_.end(), index,
+      [](const Msr& m, uint32_t i) { return m.index < i; });
+  if (it == msrs_.end() || it->index != index) return -1;
+  return static_cast<int>(it - msrs_.begin());
+}
+
+bool SimHost::ReadMsr(uint32_t cpu, uint32_t index, uint64_t* value) {
+  if (cpu >= cpus_) return false;
+  int i = FindMsr(index);
+  if (i < 0 || msrs_[i].faults ||
+      injected_[i].load(std::memory_order_relaxed)) {
+    return false;
+  }
+  *value = values_[static_cast<size_t>(i) * cpus_ + cpu].load(
+      std::memory_order_relaxed);
+  return true;
+}
+
+bool SimHost::WriteMsr(uint32_t cpu, uint32_t index, uint64_t value) {
+  if (cpu >= cpus_) return false;
+  int i = FindMsr(index);
+  if (i < 0 || msrs_[i].faults || !msrs_[i].writable ||
+      injected_[i].load(std::memory_order_relaxed)) {
+    return false;
+  }
+  // Relaxed is enough: like a real MSR, each value stands alone and orders
+  // nothing else.
+  values_[static_cast<size_t>(i) * cpus_ + cpu].store(
+      value, std::memory_order_relaxed);
+  return true;
+}
+
+emulator::CpuidRegs SimHost::Cpuid(uint32_t leaf, uint32_t subleaf) {
+  // Entries of one leaf are adjacent: first the one without a subleaf, then
+  // the subleaves in order.
+  auto it = std::lower_bound(
+      cpuid_.begin(), cpuid_.end(), leaf,
+      [](const CpuidLeaf& c, uint32_t l) { return c.leaf < l; });
+  const CpuidLeaf* any_subleaf = nullptr;
+  for (; it != cpuid_.end() && it->leaf == leaf; ++it) {
+    if (!it->has_subleaf) {
+      any_subleaf = &*it;
+    } else if (it->subleaf == subleaf) {
+      return it->regs;
+    }
+  }
+  return any_subleaf != nullptr ? any_subleaf->regs : emulator::CpuidRegs{};
+}
+
+void SimHost::InjectFault(uint32_t msr, bool on) {
+  int i = FindMsr(msr);
+  if (i >= 0) injected_[i].store(on, std::memory_order_relaxed);
+}
+
+}  // namespace pvemu::server
