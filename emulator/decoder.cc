@@ -1,0 +1,457 @@
+#include "emulator/decoder.h"
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pvemu/v1/trap.pb.h"
+
+namespace pvemu::emulator {
+namespace {
+
+// Decoding runs in the phases Zydis uses: legacy prefixes and REX, opcode,
+// ModRM/SIB/displacement, then the error checks that need the whole
+// instruction (LOCK, mode, register, mandatory prefix). Fetch errors follow
+// Zydis and the CPU: a byte at offset 15 or beyond makes the instruction too
+// long (#GP) even if the caller gave fewer bytes; a byte before offset 15 that
+// the caller did not give is a truncated fetch.
+
+enum PrefixClass : uint8_t {
+  kNotPrefix = 0,
+  kClass66,
+  kClass67,
+  kClassF2,
+  kClassF3,
+  kClassF0,
+  kClassSegEs,
+  kClassSegCs,
+  kClassSegSs,
+  kClassSegDs,
+  kClassSegFs,
+  kClassSegGs,
+  kClassRex,  // 40-4F: a prefix in 64-bit mode only (INC/DEC otherwise)
+};
+
+constexpr std::array<uint8_t, 256> MakePrefixTable() {
+  std::array<uint8_t, 256> t{};
+  t[0x66] = kClass66;
+  t[0x67] = kClass67;
+  t[0xF2] = kClassF2;
+  t[0xF3] = kClassF3;
+  t[0xF0] = kClassF0;
+  t[0x26] = kClassSegEs;
+  t[0x2E] = kClassSegCs;
+  t[0x36] = kClassSegSs;
+  t[0x3E] = kClassSegDs;
+  t[0x64] = kClassSegFs;
+  t[0x65] = kClassSegGs;
+  for (int b = 0x40; b <= 0x4F; ++b) t[b] = kClassRex;
+  return t;
+}
+constexpr std::array<uint8_t, 256> kPrefixTable = MakePrefixTable();
+
+constexpr uint8_t kRexW = 0x08;
+constexpr uint8_t kRexR = 0x04;
+constexpr uint8_t kRexB = 0x01;
+
+// Whether bytes [0, end) can be fetched. See the comment at the top for the
+// order of the two checks.
+inline DecodeError Need(size_t end, size_t len) {
+  if (end <= len && end <= static_cast<size_t>(kMaxInsnLength)) {
+    return DecodeError::kOk;
+  }
+  if (len < end && len < static_cast<size_t>(kMaxInsnLength)) {
+    return DecodeError::kTruncated;
+  }
+  return DecodeError::kTooLong;
+}
+
+inline DecodeResult Fail(DecodeError error, size_t offset) {
+  DecodeResult r;
+  r.error = error;
+  r.error_offset = static_cast<uint8_t>(offset);
+  return r;
+}
+
+// A fetch failure at `end`: the first byte that could not be read.
+inline DecodeResult FailFetch(DecodeError error, size_t len) {
+  return Fail(error, error == DecodeError::kTooLong
+                         ? static_cast<size_t>(kMaxInsnLength)
+                         : len);
+}
+
+// The end offset of a memory operand whose ModRM byte is at `modrm_at`
+// (mod != 3), or an error. Only the raw rm/base bits matter for the layout:
+// REX.B selects registers, not forms (RIP-relative and SIB stay as they are).
+inline DecodeError MemoryOperandEnd(const uint8_t* bytes, size_t len,
+                                    size_t modrm_at, uint8_t modrm,
+                                    uint8_t address_size, size_t* end) {
+  const uint8_t mod = modrm >> 6;
+  const uint8_t rm = modrm & 7;
+  size_t e = modrm_at + 1;
+  if (address_size == 16) {
+    // 16-bit addressing has no SIB; [disp16] replaces [BP] when mod=00.
+    if (mod == 0 && rm == 6) {
+      e += 2;
+    } else if (mod == 1) {
+      e += 1;
+    } else if (mod == 2) {
+      e += 2;
+    }
+  } else {
+    if (rm == 4) {
+      const DecodeError err = Need(e + 1, len);
+      if (err != DecodeError::kOk) return err;
+      const uint8_t sib = bytes[e];
+      e += 1;
+      if (mod == 0 && (sib & 7) == 5) e += 4;  // no base: disp32
+    } else if (mod == 0 && rm == 5) {
+      e += 4;  // disp32 (RIP-relative in 64-bit mode)
+    }
+    if (mod == 1) {
+      e += 1;
+    } else if (mod == 2) {
+      e += 4;
+    }
+  }
+  *end = e;
+  return Need(e, len);
+}
+
+}  // namespace
+
+DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
+  // Phase 1: legacy prefixes and REX, in any order and repeated.
+  size_t i = 0;
+  uint8_t prefixes = 0;
+  uint8_t rex = 0;
+  uint8_t last_rep = 0;  // the last of F2/F3: it decides F3 0F 09
+  Segment segment = Segment::kNone;
+  const bool mode64 = mode == Mode::k64;
+  for (;;) {
+    const DecodeError err = Need(i + 1, len);
+    if (err != DecodeError::kOk) return FailFetch(err, len);
+    const uint8_t b = bytes[i];
+    const uint8_t cls = kPrefixTable[b];
+    if (cls == kNotPrefix) break;
+    if (cls == kClassRex) {
+      if (!mode64) break;  // INC/DEC: the opcode
+      rex = b;             // a later REX replaces an earlier one
+      ++i;
+      continue;
+    }
+    // REX counts only immediately before the opcode: a legacy prefix after
+    // it cancels it (SDM Vol. 2 2.2.1).
+    rex = 0;
+    switch (cls) {
+      case kClass66: prefixes |= kPrefixOperandSize; break;
+      case kClass67: prefixes |= kPrefixAddressSize; break;
+      case kClassF2: prefixes |= kPrefixRepne; last_rep = b; break;
+      case kClassF3: prefixes |= kPrefixRep; last_rep = b; break;
+      case kClassF0: prefixes |= kPrefixLock; break;
+      case kClassSegEs: prefixes |= kPrefixSegment; segment = Segment::kEs; break;
+      case kClassSegCs: prefixes |= kPrefixSegment; segment = Segment::kCs; break;
+      case kClassSegSs: prefixes |= kPrefixSegment; segment = Segment::kSs; break;
+      case kClassSegDs: prefixes |= kPrefixSegment; segment = Segment::kDs; break;
+      case kClassSegFs: prefixes |= kPrefixSegment; segment = Segment::kFs; break;
+      case kClassSegGs: prefixes |= kPrefixSegment; segment = Segment::kGs; break;
+      default: break;
+    }
+    ++i;
+  }
+
+  const size_t opcode_at = i;
+  const bool mode16 = mode == Mode::kReal || mode == Mode::k16;
+  const bool has66 = (prefixes & kPrefixOperandSize) != 0;
+  const bool has67 = (prefixes & kPrefixAddressSize) != 0;
+  // 66 toggles between 16 and 32 bits. REX.W takes precedence over 66 and
+  // selects 64 bits, which IN/OUT/INS/OUTS cap at 32: with REX.W they are
+  // 32-bit whatever 66 says.
+  const uint8_t osz_16_32 =
+      (rex & kRexW) ? 32 : ((mode16 != has66) ? 16 : 32);
+  uint8_t address_size;
+  if (mode64) {
+    address_size = has67 ? 32 : 64;
+  } else if (mode16) {
+    address_size = has67 ? 32 : 16;
+  } else {
+    address_size = has67 ? 16 : 32;
+  }
+
+  Instruction insn;
+  insn.opcode_offset = static_cast<uint8_t>(opcode_at);
+  insn.address_size = address_size;
+  insn.prefixes = prefixes;
+  insn.rex = rex;
+  insn.segment = segment;
+  insn.operand_size = (rex & kRexW) ? 64 : osz_16_32;
+
+  // Phase 2: opcode (and its immediate or ModRM).
+  const uint8_t op = bytes[i++];
+  bool needs_np = false;  // the SDM marks it NP: 66/F2/F3 make it #UD
+  switch (op) {
+    case 0xE4: case 0xE5: case 0xE6: case 0xE7: {
+      const DecodeError err = Need(i + 1, len);
+      if (err != DecodeError::kOk) return FailFetch(err, len);
+      insn.kind = (op & 2) ? InsnKind::kOut : InsnKind::kIn;
+      insn.operand_size = (op & 1) ? osz_16_32 : 8;
+      insn.has_imm_port = true;
+      insn.port = bytes[i++];
+      break;
+    }
+    case 0xEC: case 0xED: case 0xEE: case 0xEF:
+      insn.kind = (op & 2) ? InsnKind::kOut : InsnKind::kIn;
+      insn.operand_size = (op & 1) ? osz_16_32 : 8;
+      break;
+    case 0x6C: case 0x6D: case 0x6E: case 0x6F:
+      insn.kind = (op & 2) ? InsnKind::kOuts : InsnKind::kIns;
+      insn.operand_size = (op & 1) ? osz_16_32 : 8;
+      break;
+    case 0xF4: insn.kind = InsnKind::kHlt; break;
+    case 0xFA: insn.kind = InsnKind::kCli; break;
+    case 0xFB: insn.kind = InsnKind::kSti; break;
+    case 0x0F: {
+      const DecodeError err = Need(i + 1, len);
+      if (err != DecodeError::kOk) return FailFetch(err, len);
+      const uint8_t op2 = bytes[i++];
+      switch (op2) {
+        case 0x30: insn.kind = InsnKind::kWrmsr; break;
+        case 0x31: insn.kind = InsnKind::kRdtsc; break;
+        case 0x32: insn.kind = InsnKind::kRdmsr; break;
+        case 0x33: insn.kind = InsnKind::kRdpmc; break;
+        case 0xA2: insn.kind = InsnKind::kCpuid; break;
+        case 0x06: insn.kind = InsnKind::kClts; break;
+        case 0x08: insn.kind = InsnKind::kInvd; break;
+        case 0x09:
+          insn.kind = last_rep == 0xF3 ? InsnKind::kWbnoinvd : InsnKind::kWbinvd;
+          break;
+        case 0x20: case 0x21: case 0x22: case 0x23: {
+          const DecodeError e2 = Need(i + 1, len);
+          if (e2 != DecodeError::kOk) return FailFetch(e2, len);
+          const uint8_t modrm = bytes[i++];
+          // The mod bits are ignored: the operand is always a register
+          // (SDM Vol. 2, MOV—Move to/from Control Registers).
+          const uint8_t reg = ((modrm >> 3) & 7) | ((rex & kRexR) ? 8 : 0);
+          insn.gpr = (modrm & 7) | ((rex & kRexB) ? 8 : 0);
+          insn.special_register = reg;
+          insn.operand_size = mode64 ? 64 : 32;
+          const bool is_cr = (op2 & 1) == 0;
+          if (is_cr) {
+            insn.kind = (op2 & 2) ? InsnKind::kMovToCr : InsnKind::kMovFromCr;
+          } else {
+            insn.kind = (op2 & 2) ? InsnKind::kMovToDr : InsnKind::kMovFromDr;
+          }
+          if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
+          const bool valid = is_cr ? (reg == 0 || reg == 2 || reg == 3 ||
+                                      reg == 4 || reg == 8)
+                                   : reg < 8;
+          if (!valid) return Fail(DecodeError::kInvalidRegister, opcode_at);
+          insn.length = static_cast<uint8_t>(i);
+          DecodeResult r;
+          r.insn = insn;
+          return r;
+        }
+        case 0x01: {
+          const DecodeError e2 = Need(i + 1, len);
+          if (e2 != DecodeError::kOk) return FailFetch(e2, len);
+          const size_t modrm_at = i;
+          const uint8_t modrm = bytes[i++];
+          const uint8_t mod = modrm >> 6;
+          const uint8_t reg = (modrm >> 3) & 7;
+          if (mod == 3) {
+            if (modrm == 0xD1) {
+              insn.kind = InsnKind::kXsetbv;
+              needs_np = true;
+            } else if (modrm == 0xF8) {
+              insn.kind = InsnKind::kSwapgs;
+              if (!mode64) return Fail(DecodeError::kInvalidInMode, opcode_at);
+            } else if (modrm == 0xF9) {
+              insn.kind = InsnKind::kRdtscp;
+            } else if (reg == 6) {
+              insn.kind = InsnKind::kLmsw;
+              insn.operand_size = 16;
+              insn.gpr = (modrm & 7) | ((rex & kRexB) ? 8 : 0);
+            } else {
+              // VMCALL, MONITOR, XGETBV, RDPKRU, MONITORX, CLZERO, ...
+              return Fail(DecodeError::kNotPrivileged, opcode_at);
+            }
+          } else {
+            if (reg == 6) {
+              insn.kind = InsnKind::kLmsw;
+              insn.operand_size = 16;
+            } else if (reg == 7) {
+              insn.kind = InsnKind::kInvlpg;
+              insn.operand_size = 8;
+            } else {
+              // SGDT, SIDT, LGDT, LIDT, SMSW: not emulated by pvemu.
+              return Fail(DecodeError::kNotPrivileged, opcode_at);
+            }
+            insn.memory_operand = true;
+            size_t end = 0;
+            const DecodeError e3 = MemoryOperandEnd(bytes, len, modrm_at, modrm,
+                                                    address_size, &end);
+            if (e3 != DecodeError::kOk) return FailFetch(e3, len);
+            i = end;
+          }
+          break;
+        }
+        default:
+          return Fail(DecodeError::kNotPrivileged, opcode_at);
+      }
+      break;
+    }
+    default:
+      return Fail(DecodeError::kNotPrivileged, opcode_at);
+  }
+
+  // Phase 3: checks that need the whole instruction.
+  if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
+  if (needs_np &&
+      (prefixes & (kPrefixOperandSize | kPrefixRep | kPrefixRepne))) {
+    return Fail(DecodeError::kInvalidPrefix, opcode_at);
+  }
+  insn.length = static_cast<uint8_t>(i);
+  DecodeResult r;
+  r.insn = insn;
+  return r;
+}
+
+absl::string_view DecodeErrorMessage(DecodeError error) {
+  switch (error) {
+    case DecodeError::kOk:
+      return "The instruction was decoded.";
+    case DecodeError::kTruncated:
+      return "The input ended before the instruction was complete (truncated "
+             "fetch).";
+    case DecodeError::kTooLong:
+      return "The instruction exceeded the maximum length of 15 bytes.";
+    case DecodeError::kLockPrefix:
+      return "A lock-prefix (F0) was found while decoding an instruction that "
+             "does not support locking.";
+    case DecodeError::kInvalidInMode:
+      return "The instruction is not valid in the current machine mode.";
+    case DecodeError::kInvalidRegister:
+      return "The instruction references a control or debug register that "
+             "does not exist.";
+    case DecodeError::kInvalidPrefix:
+      return "An operand-size (66) or repeat (F2/F3) prefix was found on an "
+             "instruction that does not allow one.";
+    case DecodeError::kNotPrivileged:
+      return "The instruction is not one of the privileged instructions "
+             "pvemu emulates.";
+  }
+  return "Unknown decode error.";
+}
+
+bool DecodeErrorVector(DecodeError error, Vector* vector) {
+  switch (error) {
+    case DecodeError::kTooLong:
+      *vector = Vector::kGP;
+      return true;
+    case DecodeError::kLockPrefix:
+    case DecodeError::kInvalidInMode:
+    case DecodeError::kInvalidRegister:
+    case DecodeError::kInvalidPrefix:
+      *vector = Vector::kUD;
+      return true;
+    case DecodeError::kOk:
+    case DecodeError::kTruncated:
+    case DecodeError::kNotPrivileged:
+      break;
+  }
+  return false;
+}
+
+absl::string_view KindMnemonic(InsnKind kind) {
+  switch (kind) {
+    case InsnKind::kRdmsr: return "rdmsr";
+    case InsnKind::kWrmsr: return "wrmsr";
+    case InsnKind::kCpuid: return "cpuid";
+    case InsnKind::kRdtsc: return "rdtsc";
+    case InsnKind::kRdtscp: return "rdtscp";
+    case InsnKind::kRdpmc: return "rdpmc";
+    case InsnKind::kIn: return "in";
+    case InsnKind::kOut: return "out";
+    case InsnKind::kIns: return "ins";
+    case InsnKind::kOuts: return "outs";
+    case InsnKind::kMovFromCr:
+    case InsnKind::kMovToCr:
+    case InsnKind::kMovFromDr:
+    case InsnKind::kMovToDr: return "mov";
+    case InsnKind::kClts: return "clts";
+    case InsnKind::kLmsw: return "lmsw";
+    case InsnKind::kInvlpg: return "invlpg";
+    case InsnKind::kWbinvd: return "wbinvd";
+    case InsnKind::kWbnoinvd: return "wbnoinvd";
+    case InsnKind::kInvd: return "invd";
+    case InsnKind::kHlt: return "hlt";
+    case InsnKind::kCli: return "cli";
+    case InsnKind::kSti: return "sti";
+    case InsnKind::kXsetbv: return "xsetbv";
+    case InsnKind::kSwapgs: return "swapgs";
+  }
+  return "";
+}
+
+absl::string_view Mnemonic(const Instruction& insn) {
+  // String instructions carry their element size in the mnemonic.
+  if (insn.kind == InsnKind::kIns || insn.kind == InsnKind::kOuts) {
+    const bool in = insn.kind == InsnKind::kIns;
+    switch (insn.operand_size) {
+      case 8: return in ? "insb" : "outsb";
+      case 16: return in ? "insw" : "outsw";
+      default: return in ? "insd" : "outsd";
+    }
+  }
+  return KindMnemonic(insn.kind);
+}
+
+absl::Status DecodeStatus(const DecodeResult& result) {
+  if (result.ok()) return absl::OkStatus();
+  const std::string message = absl::StrFormat(
+      "byte %d: %s", result.error_offset, DecodeErrorMessage(result.error));
+  switch (result.error) {
+    case DecodeError::kTruncated:
+      return absl::OutOfRangeError(absl::StrCat(
+          message, " Supply all bytes of the instruction (up to 15)."));
+    case DecodeError::kNotPrivileged:
+      return absl::InvalidArgumentError(absl::StrCat(
+          message, " pvemu decodes only trapping privileged instructions "
+                   "(rdmsr, wrmsr, cpuid, in, out, ...)."));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          message, " The CPU raises an exception for these bytes."));
+  }
+}
+
+void InstructionToProto(const Instruction& insn, pvemu::v1::Instruction* msg) {
+  const absl::string_view mnemonic = Mnemonic(insn);
+  msg->set_mnemonic(mnemonic.data(), mnemonic.size());
+  msg->set_length(insn.length);
+  msg->set_operand_size(insn.operand_size);
+  msg->set_address_size(insn.address_size);
+  const bool string_op =
+      insn.kind == InsnKind::kIns || insn.kind == InsnKind::kOuts;
+  msg->set_rep(string_op && insn.rep());
+  if (insn.has_imm_port) msg->set_port(insn.port);
+  switch (insn.kind) {
+    case InsnKind::kMovFromCr:
+    case InsnKind::kMovToCr:
+      msg->set_control_register(insn.special_register);
+      msg->set_gpr(insn.gpr);
+      break;
+    case InsnKind::kMovFromDr:
+    case InsnKind::kMovToDr:
+      msg->set_debug_register(insn.special_register);
+      msg->set_gpr(insn.gpr);
+      break;
+    case InsnKind::kLmsw:
+      if (!insn.memory_operand) msg->set_gpr(insn.gpr);
+      break;
+    default:
+      break;
+  }
+  msg->set_memory_operand(insn.memory_operand);
+}
+
+}  // namespace pvemu::emulator

@@ -1,0 +1,336 @@
+#include "emulator/emulate.h"
+
+namespace pvemu::emulator {
+namespace {
+
+constexpr uint64_t kLow32 = 0xffffffffu;
+constexpr uint64_t kRflagsRf = uint64_t{1} << 16;
+
+inline uint32_t Iopl(const Regs& regs) {
+  return static_cast<uint32_t>((regs.rflags >> 12) & 3);
+}
+
+Outcome Unhandled(const Trap& trap) {
+  Outcome out;
+  out.kind = OutcomeKind::kUnhandled;
+  out.regs = trap.regs;
+  return out;
+}
+
+Outcome Raise(const Trap& trap, Vector vector) {
+  Outcome out;
+  out.kind = OutcomeKind::kException;
+  out.vector = vector;
+  // #GP carries an error code (0 here: no selector involved); #UD has none.
+  out.has_error_code = vector == Vector::kGP;
+  out.error_code = 0;
+  out.regs = trap.regs;
+  return out;
+}
+
+// Marks `out` completed: RIP past the instruction, wrapped to the width of
+// the instruction pointer in this mode; RF cleared as on any retirement.
+void Complete(const Trap& trap, const Instruction& insn, Outcome* out) {
+  out->kind = OutcomeKind::kCompleted;
+  uint64_t rip = trap.regs.rip + insn.length;
+  switch (trap.mode) {
+    case Mode::k64:
+      break;
+    case Mode::k32:
+      rip &= kLow32;
+      break;
+    case Mode::k16:
+    case Mode::kReal:
+      rip &= 0xffff;
+      break;
+  }
+  out->regs.rip = rip;
+  out->regs.rflags &= ~kRflagsRf;
+}
+
+// A 32-bit register result: zero-extends in 64-bit mode (as every 32-bit
+// write does there); outside it only the low 32 bits exist architecturally,
+// and the upper half we were given is kept as it was.
+inline void Set32(Mode mode, Gpr reg, uint32_t value, Regs* regs) {
+  if (mode == Mode::k64) {
+    regs->gpr[reg] = value;
+  } else {
+    regs->gpr[reg] = (regs->gpr[reg] & ~kLow32) | value;
+  }
+}
+
+// Privileged instructions need CPL 0; real mode has no privilege levels.
+inline bool PrivilegeOk(const Trap& trap) {
+  return trap.mode == Mode::kReal || trap.cpl == 0;
+}
+
+// CLI/STI and port I/O are allowed when CPL <= IOPL.
+inline bool IoplOk(const Trap& trap) {
+  return trap.mode == Mode::kReal || trap.cpl <= Iopl(trap.regs);
+}
+
+// Reads MSR `index` as the domain's decision says, for RDMSR, RDTSCP's
+// TSC_AUX and the reference value of IGNORE writes. Returns false where
+// RDMSR would raise #GP(0).
+bool ReadMsrValue(const Trap& trap, uint32_t index, const MsrDecision& d,
+                  Domain& domain, Host& host, uint64_t* value) {
+  switch (d.read) {
+    case MsrRead::kPassthrough:
+      // Never a made-up value: a host fault is the guest's #GP.
+      return host.ReadMsr(trap.vcpu, index, value);
+    case MsrRead::kConst:
+      *value = d.value;
+      return true;
+    case MsrRead::kZero:
+      *value = 0;
+      return true;
+    case MsrRead::kShadow: {
+      bool fresh = false;
+      uint64_t* reg = domain.Shadow(trap.vcpu, index, &fresh);
+      if (reg == nullptr) return false;
+      if (fresh) {
+        uint64_t init = d.value;
+        if (d.value_from_host) {
+          // The initial value only: a host that cannot read it starts at 0.
+          if (!host.ReadMsr(trap.vcpu, index, &init)) init = 0;
+        }
+        *reg = init;
+      }
+      *value = *reg;
+      return true;
+    }
+    case MsrRead::kGp:
+      break;
+  }
+  return false;
+}
+
+void Tag(uint32_t index, const MsrDecision& d, Outcome* out) {
+  out->msr_or_port = index;
+  out->audit = d.audit;
+  out->unknown_msr = d.unknown;
+}
+
+Outcome Rdmsr(const Trap& trap, const Instruction& insn, Domain& domain,
+              Host& host) {
+  if (!PrivilegeOk(trap)) return Raise(trap, Vector::kGP);
+  const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
+  const MsrDecision& d = domain.Msr(index);
+  uint64_t value = 0;
+  Outcome out;
+  if (!ReadMsrValue(trap, index, d, domain, host, &value)) {
+    out = Raise(trap, Vector::kGP);
+  } else {
+    out.regs = trap.regs;
+    Set32(trap.mode, kRax, static_cast<uint32_t>(value), &out.regs);
+    Set32(trap.mode, kRdx, static_cast<uint32_t>(value >> 32), &out.regs);
+    Complete(trap, insn, &out);
+  }
+  Tag(index, d, &out);
+  return out;
+}
+
+Outcome WrmsrDecided(const Trap& trap, const Instruction& insn,
+                     uint32_t index, const MsrDecision& d, Domain& domain,
+                     Host& host) {
+  const uint64_t value = ((trap.regs.gpr[kRdx] & kLow32) << 32) |
+                         (trap.regs.gpr[kRax] & kLow32);
+  const bool masked = d.writable_mask != ~uint64_t{0};
+  // Whether `value` changes a bit the guest may not change, given the
+  // current value of the register.
+  auto violates = [&](uint64_t current) {
+    return ((value ^ current) & ~d.writable_mask) != 0;
+  };
+  Outcome out;
+  out.regs = trap.regs;
+  switch (d.write) {
+    case MsrWrite::kGp:
+      return Raise(trap, Vector::kGP);
+    case MsrWrite::kIgnore: {
+      if (masked) {
+        uint64_t current = 0;
+        if (!ReadMsrValue(trap, index, d, domain, host, &current)) current = 0;
+        if (violates(current) && !d.drop_reserved) {
+          return Raise(trap, Vector::kGP);
+        }
+      }
+      break;
+    }
+    case MsrWrite::kShadow: {
+      bool fresh = false;
+      uint64_t* reg = domain.Shadow(trap.vcpu, index, &fresh);
+      if (reg == nullptr) return Raise(trap, Vector::kGP);
+      if (fresh) {
+        uint64_t init = d.value;
+        if (d.value_from_host && !host.ReadMsr(trap.vcpu, index, &init)) {
+          init = 0;
+        }
+        *reg = init;
+      }
+      if (masked && violates(*reg)) {
+        if (!d.drop_reserved) return Raise(trap, Vector::kGP);
+        break;  // dropped: the instruction completes, nothing changes
+      }
+      *reg = value;
+      break;
+    }
+    case MsrWrite::kPassthrough: {
+      if (!d.host_write_allowed) return Raise(trap, Vector::kGP);
+      if (masked) {
+        uint64_t current = 0;
+        // A write-only MSR has no readable state: bits outside the mask
+        // must then be written as 0.
+        if (!host.ReadMsr(trap.vcpu, index, &current)) current = 0;
+        if (violates(current)) {
+          if (!d.drop_reserved) return Raise(trap, Vector::kGP);
+          break;
+        }
+      }
+      if (!host.WriteMsr(trap.vcpu, index, value)) {
+        return Raise(trap, Vector::kGP);
+      }
+      break;
+    }
+  }
+  Complete(trap, insn, &out);
+  return out;
+}
+
+Outcome Wrmsr(const Trap& trap, const Instruction& insn, Domain& domain,
+              Host& host) {
+  if (!PrivilegeOk(trap)) return Raise(trap, Vector::kGP);
+  const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
+  const MsrDecision& d = domain.Msr(index);
+  Outcome out = WrmsrDecided(trap, insn, index, d, domain, host);
+  Tag(index, d, &out);
+  return out;
+}
+
+Outcome Cpuid(const Trap& trap, const Instruction& insn, Domain& domain,
+              Host& host) {
+  const CpuidRegs r =
+      domain.Cpuid(static_cast<uint32_t>(trap.regs.gpr[kRax]),
+                   static_cast<uint32_t>(trap.regs.gpr[kRcx]), host);
+  Outcome out;
+  out.regs = trap.regs;
+  Set32(trap.mode, kRax, r.eax, &out.regs);
+  Set32(trap.mode, kRbx, r.ebx, &out.regs);
+  Set32(trap.mode, kRcx, r.ecx, &out.regs);
+  Set32(trap.mode, kRdx, r.edx, &out.regs);
+  Complete(trap, insn, &out);
+  return out;
+}
+
+Outcome Rdtsc(const Trap& trap, const Instruction& insn, Domain& domain,
+              Host& host) {
+  const uint64_t tsc = domain.GuestTsc(trap.host_tsc, host);
+  Outcome out;
+  out.regs = trap.regs;
+  Set32(trap.mode, kRax, static_cast<uint32_t>(tsc), &out.regs);
+  Set32(trap.mode, kRdx, static_cast<uint32_t>(tsc >> 32), &out.regs);
+  if (insn.kind == InsnKind::kRdtscp) {
+    // TSC_AUX as RDMSR would read it; a read that would #GP leaves ECX 0
+    // (RDTSCP itself does not fault on it).
+    uint64_t aux = 0;
+    if (!ReadMsrValue(trap, kMsrTscAux, domain.Msr(kMsrTscAux), domain, host,
+                      &aux)) {
+      aux = 0;
+    }
+    Set32(trap.mode, kRcx, static_cast<uint32_t>(aux), &out.regs);
+  }
+  Complete(trap, insn, &out);
+  return out;
+}
+
+Outcome PortIo(const Trap& trap, const Instruction& insn, Domain& domain) {
+  if (!IoplOk(trap)) return Raise(trap, Vector::kGP);
+  const uint16_t port = insn.has_imm_port
+                            ? insn.port
+                            : static_cast<uint16_t>(trap.regs.gpr[kRdx]);
+  const uint8_t width = insn.operand_size / 8;
+  Outcome out;
+  out.regs = trap.regs;
+  out.msr_or_port = port;
+  // There is no device model: an allowed port with nothing behind it floats
+  // high and swallows writes, exactly like a port outside the domain's
+  // ranges. The policy is still asked so a device model slots in here.
+  (void)domain.PortAllowed(port, width);
+  if (insn.kind == InsnKind::kIn) {
+    uint64_t& rax = out.regs.gpr[kRax];
+    switch (width) {
+      case 1:
+        rax |= 0xff;
+        break;
+      case 2:
+        rax |= 0xffff;
+        break;
+      default:
+        Set32(trap.mode, kRax, 0xffffffffu, &out.regs);
+        break;
+    }
+  }
+  Complete(trap, insn, &out);
+  return out;
+}
+
+}  // namespace
+
+Outcome Emulate(const Trap& trap, const Instruction& insn, Domain& domain,
+                Host& host) {
+  switch (insn.kind) {
+    case InsnKind::kRdmsr:
+      return Rdmsr(trap, insn, domain, host);
+    case InsnKind::kWrmsr:
+      return Wrmsr(trap, insn, domain, host);
+    case InsnKind::kCpuid:
+      return Cpuid(trap, insn, domain, host);
+    case InsnKind::kRdtsc:
+    case InsnKind::kRdtscp:
+      return Rdtsc(trap, insn, domain, host);
+    case InsnKind::kRdpmc:
+      if (!PrivilegeOk(trap) || !domain.vpmu()) return Raise(trap, Vector::kGP);
+      return Unhandled(trap);  // no counters are emulated
+    case InsnKind::kIn:
+    case InsnKind::kOut:
+      return PortIo(trap, insn, domain);
+    case InsnKind::kIns:
+    case InsnKind::kOuts:
+    case InsnKind::kCli:
+    case InsnKind::kSti:
+      if (!IoplOk(trap)) return Raise(trap, Vector::kGP);
+      return Unhandled(trap);
+    case InsnKind::kMovFromCr:
+    case InsnKind::kMovToCr:
+    case InsnKind::kMovFromDr:
+    case InsnKind::kMovToDr:
+    case InsnKind::kClts:
+    case InsnKind::kLmsw:
+    case InsnKind::kInvlpg:
+    case InsnKind::kWbinvd:
+    case InsnKind::kWbnoinvd:
+    case InsnKind::kInvd:
+    case InsnKind::kHlt:
+    case InsnKind::kXsetbv:
+    case InsnKind::kSwapgs:
+      if (!PrivilegeOk(trap)) return Raise(trap, Vector::kGP);
+      return Unhandled(trap);
+  }
+  return Unhandled(trap);
+}
+
+Outcome DecodeAndEmulate(const Trap& trap, Domain& domain, Host& host,
+                         Instruction* decoded_out, DecodeError* error_out) {
+  const size_t len = trap.insn_len <= kMaxInsnLength ? trap.insn_len
+                                                     : kMaxInsnLength;
+  const DecodeResult r = Decode(trap.insn, len, trap.mode);
+  if (error_out != nullptr) *error_out = r.error;
+  if (!r.ok()) {
+    Vector vector;
+    if (DecodeErrorVector(r.error, &vector)) return Raise(trap, vector);
+    return Unhandled(trap);
+  }
+  if (decoded_out != nullptr) *decoded_out = r.insn;
+  return Emulate(trap, r.insn, domain, host);
+}
+
+}  // namespace pvemu::emulator
