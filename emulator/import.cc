@@ -371,8 +371,8 @@ Verdict ParseKvmLine(absl::string_view line, v1::TrapRecord* rec,
     return Verdict::kTrap;
   }
 
-  const std::string what(absl::StripSuffix(
-      absl::StripAsciiWhitespace(msg->anchor), ":"));
+  // "ignored rdmsr", "Unhandled WRMSR": the anchor without its ':' or '('.
+  const absl::string_view what = msg->anchor.substr(0, msg->anchor.size() - 1);
   Context ctx = KvmContext(line.substr(0, at));
   SkipSpaces(&rest);
 
