@@ -1,0 +1,86 @@
+#include "policy/explain.h"
+
+#include "absl/strings/str_format.h"
+#include "policy/catalog.h"
+
+namespace pvemu::policy {
+
+using pvemu::v1::ReadAction;
+using pvemu::v1::WriteAction;
+
+Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
+                       std::optional<uint64_t> write_value) {
+  const DomainSnapshot& d = snapshot.ForDomain(domain);
+  const MsrEntry& e = d.Lookup(msr);
+  Explanation x;
+  x.domain = domain;
+  x.msr = msr;
+  x.name = std::string(MsrName(msr));
+  x.unknown = e.unknown;
+  x.write = write_value.has_value();
+  const RuleOrigin& o = d.origin(x.write ? e.write_origin : e.read_origin);
+  x.layer = o.layer;
+  x.source = o.source;
+  x.comment = o.comment;
+  if (!x.write) {
+    x.action = ReadAction::Action_Name(e.read);
+    switch (e.read) {
+      case ReadAction::CONST:
+      case ReadAction::ZERO:
+        x.value = e.read == ReadAction::ZERO ? 0 : e.value;
+        x.detail = absl::StrFormat("reads 0x%x", *x.value);
+        break;
+      case ReadAction::SHADOW:
+        x.detail = e.has_value ? absl::StrFormat("reads the vCPU's shadow register "
+                                                 "(initially 0x%x)", e.value)
+                               : "reads the vCPU's shadow register (initially the host's value)";
+        break;
+      case ReadAction::PASSTHROUGH:
+        x.detail = "reads the host MSR; a host fault injects #GP(0)";
+        break;
+      default:
+        x.detail = "injects #GP(0)";
+    }
+    return x;
+  }
+  uint64_t v = *write_value;
+  x.action = WriteAction::Action_Name(e.write);
+  bool stores = e.write == WriteAction::SHADOW || e.write == WriteAction::PASSTHROUGH;
+  if (stores && e.writable_mask != ~uint64_t{0}) {
+    // Reserved bits are checked against the current value; without a host
+    // that is known only for a shadow register with a configured value.
+    if (e.write == WriteAction::SHADOW && e.has_value) {
+      uint64_t changed = (v ^ e.value) & ~e.writable_mask;
+      if (changed != 0) {
+        x.action = e.drop_reserved ? "IGNORE" : "GP";
+        x.detail = absl::StrFormat(
+            "the write changes bits 0x%x outside writable_mask 0x%x; %s", changed,
+            e.writable_mask, e.drop_reserved ? "it is dropped" : "#GP(0)");
+        return x;
+      }
+    } else {
+      x.detail = absl::StrFormat(
+          "bits outside writable_mask 0x%x must keep their current value", e.writable_mask);
+    }
+  }
+  switch (e.write) {
+    case WriteAction::SHADOW:
+      x.value = v;
+      if (x.detail.empty()) x.detail = absl::StrFormat("stores 0x%x in the vCPU's shadow register", v);
+      break;
+    case WriteAction::PASSTHROUGH:
+      x.value = v;
+      if (x.detail.empty()) {
+        x.detail = "writes the host MSR (only if the daemon allows host writes)";
+      }
+      break;
+    case WriteAction::IGNORE:
+      x.detail = "completes and drops the value";
+      break;
+    default:
+      x.detail = "injects #GP(0)";
+  }
+  return x;
+}
+
+}  // namespace pvemu::policy

@@ -1,0 +1,39 @@
+// What a domain's policy does with one MSR access, for `pvemuctl explain` and
+// the Explain RPC. Thread-safety: pure functions of an immutable snapshot.
+#ifndef PVEMU_POLICY_EXPLAIN_H_
+#define PVEMU_POLICY_EXPLAIN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "policy/compile.h"
+
+namespace pvemu::policy {
+
+struct Explanation {
+  uint32_t domain = 0;
+  uint32_t msr = 0;
+  std::string name;    // catalog name, or ""
+  bool write = false;  // access: "write" if true, else "read"
+  // "PASSTHROUGH", "CONST", "SHADOW", "ZERO", "GP" or "IGNORE": for a write
+  // that changes bits outside writable_mask this is the resulting GP/IGNORE.
+  std::string action;
+  // The value read (CONST, ZERO) or the register's new value after a write
+  // (SHADOW/PASSTHROUGH), when known without a host.
+  std::optional<uint64_t> value;
+  std::string layer;    // "default", "domain", "unknown-msr" or "vpmu-off"
+  std::string source;   // "FILE:LINE" of the deciding rule
+  std::string comment;  // the deciding rule's comment
+  bool unknown = false;  // no rule names this MSR
+  std::string detail;    // one sentence for people
+  const char* access() const { return write ? "write" : "read"; }
+};
+
+// Explains a read (no write_value) or a write of `*write_value`.
+Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
+                       std::optional<uint64_t> write_value = std::nullopt);
+
+}  // namespace pvemu::policy
+
+#endif  // PVEMU_POLICY_EXPLAIN_H_

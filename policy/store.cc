@@ -1,0 +1,487 @@
+#include "policy/store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "policy/loader.h"
+#include "policy/rules.h"
+#include "policy/shipped.h"
+#include "pvemu/status_macros.h"
+#include "pvemu/textproto.h"
+
+namespace pvemu::policy {
+
+using pvemu::v1::Layer;
+using pvemu::v1::MsrRule;
+using pvemu::v1::Policy;
+
+namespace {
+
+constexpr absl::string_view kStateFile = "policy.textproto";
+constexpr absl::string_view kHeaderPrefix = "# pvemu state: ";
+
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string StateText(const Policy& policy, uint64_t generation) {
+  std::string body = absl::StrCat(
+      "# Written by pvemud; edit with `pvemuctl policy ...`, not by hand.\n",
+      ToTextProto(policy));
+  return absl::StrFormat("%sgeneration=%d length=%d fnv1a=%016x\n%s", kHeaderPrefix,
+                         generation, body.size(), Fnv1a(body), body);
+}
+
+struct StateFile {
+  Policy policy;
+  uint64_t generation = 0;
+  std::string text;
+};
+
+// Reads and checks one state file. Errors say why it is unusable.
+absl::StatusOr<StateFile> ReadStateFile(const std::string& path) {
+  StateFile out;
+  RETURN_IF_ERROR(ReadFileToString(path, &out.text));
+  absl::string_view text = out.text;
+  size_t nl = text.find('\n');
+  if (!absl::StartsWith(text, kHeaderPrefix) || nl == absl::string_view::npos) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": not a pvemu state file (no '", kHeaderPrefix, "' header line)"));
+  }
+  absl::string_view header = text.substr(kHeaderPrefix.size(), nl - kHeaderPrefix.size());
+  absl::string_view body = text.substr(nl + 1);
+  uint64_t length = 0, hash = 0;
+  bool have_length = false, have_hash = false, have_gen = false;
+  for (absl::string_view kv : absl::StrSplit(header, ' ', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> p = absl::StrSplit(kv, '=');
+    if (p.first == "generation") have_gen = absl::SimpleAtoi(p.second, &out.generation);
+    if (p.first == "length") have_length = absl::SimpleAtoi(p.second, &length);
+    if (p.first == "fnv1a") have_hash = absl::SimpleHexAtoi(p.second, &hash);
+  }
+  if (!have_gen || !have_length || !have_hash || out.generation == 0) {
+    return absl::DataLossError(absl::StrCat(path, ": bad state header line"));
+  }
+  if (body.size() != length) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: truncated or extended: body is %d bytes, header says %d", path, body.size(),
+        length));
+  }
+  if (Fnv1a(body) != hash) {
+    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
+  }
+  RETURN_IF_ERROR(ParseTextProto(out.text, path, &out.policy));
+  return out;
+}
+
+absl::Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
+  std::string msg = absl::StrCat("cannot save the policy: ", what, " ", path, ": ",
+                                 std::strerror(err),
+                                 "; the previous policy stays in force and on disk");
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return absl::ResourceExhaustedError(msg);
+    case EROFS:
+    case EACCES:
+    case EPERM:
+    case ENOENT:
+    case ENOTDIR:
+      return absl::FailedPreconditionError(msg);
+    default:
+      return absl::UnavailableError(msg);
+  }
+}
+
+// Writes `text` to dir/name atomically and durably: temp file, fsync, keep the
+// old file as .prev, rename, fsync the directory.
+absl::Status WriteDurably(const std::string& dir, absl::string_view text) {
+  std::string path = absl::StrCat(dir, "/", kStateFile);
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return ErrnoStatus("create", tmp, errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return ErrnoStatus("write", tmp, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("fsync", tmp, err);
+  }
+  std::string prev = path + ".prev";
+  if (::rename(path.c_str(), prev.c_str()) != 0 && errno != ENOENT) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename", path, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::rename(prev.c_str(), path.c_str());  // put the old one back
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename", tmp, err);
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+Layer* FindLayer(Policy* policy, LayerRef ref, bool create) {
+  if (ref.is_default) return policy->mutable_default_();
+  for (Layer& l : *policy->mutable_domain()) {
+    if (l.domain() == ref.domain) return &l;
+  }
+  if (!create) return nullptr;
+  Layer* l = policy->add_domain();
+  l->set_domain(ref.domain);
+  return l;
+}
+
+// The index of the rule in `layer` with the target and conditions of `rule`.
+int FindRule(const Layer& layer, const MsrRule& rule, const Target& target) {
+  for (int i = 0; i < layer.msr_size(); ++i) {
+    absl::StatusOr<Target> t = ResolveTarget(layer.msr(i));
+    if (t.ok() && t->first == target.first && t->last == target.last &&
+        t->single == target.single && SameConditions(layer.msr(i), rule)) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+absl::StatusOr<Policy> MergeLayer(const Policy& base, LayerRef ref, const Policy& layer_policy) {
+  Policy out = base;
+  if (ref.is_default) {
+    if (layer_policy.domain_size() != 0) {
+      return absl::InvalidArgumentError(
+          "a default-layer edit must hold only a `default { }` layer");
+    }
+    *out.mutable_default_() = layer_policy.default_();
+    return out;
+  }
+  if (layer_policy.domain_size() != 1 || layer_policy.has_default_()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a domain-layer edit must hold exactly one `domain { domain: %d ... }` layer",
+        ref.domain));
+  }
+  Layer layer = layer_policy.domain(0);
+  if (layer.domain() != ref.domain) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the layer names domain %d but the edit is for domain %d", layer.domain(), ref.domain));
+  }
+  *FindLayer(&out, ref, /*create=*/true) = layer;
+  return out;
+}
+
+}  // namespace
+
+std::string LayerRef::ToString() const {
+  return is_default ? "default" : absl::StrCat("domain ", domain);
+}
+
+Store::Store(std::string state_dir, pvemu::v1::Vendor host_vendor)
+    : state_dir_(std::move(state_dir)), host_vendor_(host_vendor) {}
+
+Store::~Store() = default;
+
+absl::StatusOr<std::unique_ptr<Store>> Store::FromPolicy(const Policy& policy,
+                                                         const SourceMap& source,
+                                                         pvemu::v1::Vendor host_vendor) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> snap,
+                   CompilePolicy(policy, source, host_vendor, 1));
+  std::unique_ptr<Store> store(new Store("", host_vendor));
+  {
+    absl::MutexLock lock(&store->mu_);
+    store->policy_ = policy;
+  }
+  store->Publish(std::move(snap));
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir,
+                                                   const std::string& initial_policy_path,
+                                                   pvemu::v1::Vendor host_vendor,
+                                                   std::vector<std::string>* warnings) {
+  auto warn = [&](std::string w) {
+    if (warnings != nullptr) warnings->push_back(std::move(w));
+  };
+  std::unique_ptr<Store> store(new Store(state_dir, host_vendor));
+  if (!state_dir.empty()) {
+    std::string path = absl::StrCat(state_dir, "/", kStateFile);
+    for (const std::string& candidate : {path, path + ".prev"}) {
+      absl::StatusOr<StateFile> state = ReadStateFile(candidate);
+      if (absl::IsNotFound(state.status())) continue;
+      absl::StatusOr<std::shared_ptr<const Snapshot>> snap;
+      if (state.ok()) {
+        google::protobuf::TextFormat::ParseInfoTree tree;
+        Policy parsed;
+        absl::Status s = ParseTextProto(state->text, candidate, &parsed, &tree);
+        snap = s.ok() ? CompilePolicy(parsed, SourceMap::FromParseInfo(candidate, parsed, tree),
+                                      host_vendor, state->generation)
+                      : absl::StatusOr<std::shared_ptr<const Snapshot>>(s);
+      }
+      absl::Status bad = state.ok() ? snap.status() : state.status();
+      if (bad.ok()) {
+        if (candidate != path) {
+          warn(absl::StrCat("using the previous good state ", candidate, " (generation ",
+                            state->generation, ")"));
+        }
+        {
+          absl::MutexLock lock(&store->mu_);
+          store->policy_ = state->policy;
+        }
+        store->Publish(*std::move(snap));
+        return store;
+      }
+      // Keep the bad file for inspection, out of the way of the next save
+      // (which would otherwise rotate it over the good .prev).
+      std::string aside = candidate + ".corrupt";
+      bool moved = ::rename(candidate.c_str(), aside.c_str()) == 0;
+      warn(absl::StrCat("ignoring state file ", candidate, ": ", bad.message(),
+                        moved ? absl::StrCat(" (moved to ", aside, ")") : std::string()));
+    }
+  }
+  Policy policy;
+  SourceMap source("<none>");
+  if (!initial_policy_path.empty()) {
+    ASSIGN_OR_RETURN(LoadedPolicy loaded, LoadPolicyFile(initial_policy_path));
+    policy = std::move(loaded.policy);
+    source = std::move(loaded.source);
+  } else {
+    ASSIGN_OR_RETURN(LoadedPolicy loaded, ParsePolicy(ShippedPolicy("default"), "default"));
+    policy = std::move(loaded.policy);
+    source = std::move(loaded.source);
+  }
+  if (!state_dir.empty() && warnings != nullptr && !warnings->empty()) {
+    warn(absl::StrCat("falling back to ",
+                      initial_policy_path.empty() ? "the shipped default policy"
+                                                  : initial_policy_path));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> snap,
+                   CompilePolicy(policy, source, host_vendor, 1));
+  {
+    absl::MutexLock lock(&store->mu_);
+    store->policy_ = std::move(policy);
+  }
+  store->Publish(std::move(snap));
+  return store;
+}
+
+void Store::Publish(std::shared_ptr<const Snapshot> snapshot) {
+  uint64_t g = snapshot->generation();
+  {
+    absl::MutexLock lock(&snap_mu_);
+    current_ = std::move(snapshot);
+  }
+  generation_.store(g, std::memory_order_release);
+}
+
+std::shared_ptr<const Snapshot> Store::Current() const {
+  absl::MutexLock lock(&snap_mu_);
+  return current_;
+}
+
+Policy Store::policy() const {
+  absl::MutexLock lock(&mu_);
+  return policy_;
+}
+
+std::string Store::state_path() const {
+  return state_dir_.empty() ? std::string() : absl::StrCat(state_dir_, "/", kStateFile);
+}
+
+void Store::SetEditListener(EditListener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+absl::Status Store::CheckGeneration(const EditOptions& options) const {
+  uint64_t g = generation();
+  if (options.if_generation != 0 && options.if_generation != g) {
+    return absl::AbortedError(absl::StrFormat(
+        "the policy is at generation %d, not %d; re-read it and retry", g,
+        options.if_generation));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& source,
+                                         const EditOptions& options, const char* method,
+                                         std::string layer) {
+  RETURN_IF_ERROR(ValidatePolicy(candidate, source));
+  uint64_t next = generation() + 1;
+  std::string text = StateText(candidate, next);
+  // Positions for explain come from the text as stored (the state file), or
+  // from the caller's source for an in-memory store.
+  SourceMap stored = source;
+  if (!state_dir_.empty()) {
+    google::protobuf::TextFormat::ParseInfoTree tree;
+    Policy reparsed;
+    std::string path = state_path();
+    RETURN_IF_ERROR(ParseTextProto(text, path, &reparsed, &tree));
+    stored = SourceMap::FromParseInfo(path, reparsed, tree);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> snap,
+                   CompilePolicy(candidate, stored, host_vendor_, next));
+  if (!state_dir_.empty()) RETURN_IF_ERROR(WriteDurably(state_dir_, text));
+  EditResult result;
+  result.generation = next;
+  result.diff = DiffText(ToTextProto(policy_), ToTextProto(candidate));
+  policy_ = std::move(candidate);
+  Publish(std::move(snap));
+  if (listener_) {
+    listener_(EditEvent{options.who, method, std::move(layer), next, result.diff});
+  }
+  return result;
+}
+
+absl::StatusOr<EditResult> Store::ApplyPolicy(const Policy& policy, const SourceMap& source,
+                                              const EditOptions& options) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGeneration(options));
+  return Commit(policy, source, options, "ApplyPolicy", "all");
+}
+
+absl::StatusOr<EditResult> Store::ApplyLayer(LayerRef layer, const Policy& layer_policy,
+                                             const SourceMap& source,
+                                             const EditOptions& options) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGeneration(options));
+  // Errors inside the layer point into the caller's text.
+  RETURN_IF_ERROR(ValidatePolicy(layer_policy, source));
+  ASSIGN_OR_RETURN(Policy candidate, MergeLayer(policy_, layer, layer_policy));
+  return Commit(std::move(candidate), SourceMap(source.source()), options, "ApplyLayer",
+                layer.ToString());
+}
+
+absl::StatusOr<EditResult> Store::SetRule(LayerRef layer, const MsrRule& rule,
+                                          const EditOptions& options) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGeneration(options));
+  ASSIGN_OR_RETURN(Target target, ResolveTarget(rule));
+  Policy candidate = policy_;
+  Layer* l = FindLayer(&candidate, layer, /*create=*/true);
+  int i = FindRule(*l, rule, target);
+  if (i >= 0) {
+    *l->mutable_msr(i) = rule;
+  } else {
+    *l->add_msr() = rule;
+  }
+  return Commit(std::move(candidate), SourceMap("SetRule"), options, "SetRule",
+                layer.ToString());
+}
+
+absl::StatusOr<EditResult> Store::DeleteRule(LayerRef layer, const MsrRule& rule,
+                                             const EditOptions& options) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGeneration(options));
+  ASSIGN_OR_RETURN(Target target, ResolveTarget(rule));
+  Policy candidate = policy_;
+  Layer* l = FindLayer(&candidate, layer, /*create=*/false);
+  int i = l == nullptr ? -1 : FindRule(*l, rule, target);
+  if (i < 0) {
+    return absl::NotFoundError(absl::StrCat("no rule for ", DescribeTarget(target),
+                                            " with these conditions in the ",
+                                            layer.ToString(), " layer"));
+  }
+  l->mutable_msr()->erase(l->mutable_msr()->begin() + i);
+  return Commit(std::move(candidate), SourceMap("DeleteRule"), options, "DeleteRule",
+                layer.ToString());
+}
+
+absl::StatusOr<std::string> Store::Diff(const Policy& policy, const SourceMap& source) const {
+  RETURN_IF_ERROR(ValidatePolicy(policy, source));
+  absl::MutexLock lock(&mu_);
+  return DiffText(ToTextProto(policy_), ToTextProto(policy));
+}
+
+absl::StatusOr<std::string> Store::DiffLayer(LayerRef layer, const Policy& layer_policy,
+                                             const SourceMap& source) const {
+  RETURN_IF_ERROR(ValidatePolicy(layer_policy, source));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Policy candidate, MergeLayer(policy_, layer, layer_policy));
+  RETURN_IF_ERROR(ValidatePolicy(candidate, SourceMap(source.source())));
+  return DiffText(ToTextProto(policy_), ToTextProto(candidate));
+}
+
+Explanation Store::Explain(uint32_t domain, uint32_t msr,
+                           std::optional<uint64_t> write_value) const {
+  std::shared_ptr<const Snapshot> snap = Current();
+  return ExplainMsr(*snap, domain, msr, write_value);
+}
+
+SnapshotReader::SnapshotReader(const Store& store) : store_(store) { Refresh(); }
+
+void SnapshotReader::Refresh() {
+  absl::MutexLock lock(&store_.snap_mu_);
+  cached_ = store_.current_;
+  cached_generation_ = cached_->generation();
+}
+
+std::string DiffText(const std::string& before, const std::string& after) {
+  if (before == after) return "";
+  std::vector<absl::string_view> a = absl::StrSplit(before, '\n');
+  std::vector<absl::string_view> b = absl::StrSplit(after, '\n');
+  size_t pre = 0;
+  while (pre < a.size() && pre < b.size() && a[pre] == b[pre]) ++pre;
+  size_t suf = 0;
+  while (suf < a.size() - pre && suf < b.size() - pre &&
+         a[a.size() - 1 - suf] == b[b.size() - 1 - suf]) {
+    ++suf;
+  }
+  size_t n = a.size() - pre - suf, m = b.size() - pre - suf;
+  std::string out = absl::StrFormat("@@ -%d,%d +%d,%d @@\n", pre + 1, n, pre + 1, m);
+  // LCS over the changed middle when small; otherwise all-minus/all-plus.
+  if (n * m <= 4'000'000) {
+    std::vector<std::vector<uint32_t>> lcs(n + 1, std::vector<uint32_t>(m + 1, 0));
+    for (size_t i = n; i-- > 0;) {
+      for (size_t j = m; j-- > 0;) {
+        lcs[i][j] = a[pre + i] == b[pre + j] ? lcs[i + 1][j + 1] + 1
+                                             : std::max(lcs[i + 1][j], lcs[i][j + 1]);
+      }
+    }
+    size_t i = 0, j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[pre + i] == b[pre + j]) {
+        absl::StrAppend(&out, " ", a[pre + i], "\n");
+        ++i, ++j;
+      } else if (j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j])) {
+        absl::StrAppend(&out, "+", b[pre + j++], "\n");
+      } else {
+        absl::StrAppend(&out, "-", a[pre + i++], "\n");
+      }
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) absl::StrAppend(&out, "-", a[pre + i], "\n");
+    for (size_t j = 0; j < m; ++j) absl::StrAppend(&out, "+", b[pre + j], "\n");
+  }
+  return out;
+}
+
+}  // namespace pvemu::policy
