@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
 #include "pvemu/status_macros.h"
 #include "pvemu/textproto.h"
@@ -68,6 +69,23 @@ absl::Status SyncDir(const std::string& dir) {
   // Some file systems cannot fsync a directory; the data itself is synced.
   if (rc != 0 && err != EINVAL && err != EBADF) {
     return ErrnoStatus(err, absl::StrCat(dir, ": fsync"));
+  }
+  return absl::OkStatus();
+}
+
+// proto3 string fields must hold UTF-8: the binary parser rejects a record
+// whose source or note does not, while the text parser and the serializer let
+// it through. Checked on both sides so that whatever a writer accepts, a
+// reader returns. (A TrapRecord has no other string fields.)
+absl::Status CheckStrings(const v1::TrapRecord& record, absl::string_view where) {
+  for (const auto& [field, text] :
+       {std::pair<absl::string_view, const std::string*>{"source", &record.source()},
+        {"note", &record.note()}}) {
+    if (!google::protobuf::internal::IsStructurallyValidUTF8(
+            text->data(), static_cast<int>(text->size()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, field, " is not valid UTF-8 (a proto3 string must be)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -155,6 +173,8 @@ absl::Status TrapLogWriter::Append(const v1::TrapRecord& record) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": Append after Close"));
   }
+  RETURN_IF_ERROR(
+      CheckStrings(record, absl::StrCat(name_, ": record ", records_ + 1, ": ")));
   scratch_.clear();
   if (encoding_ == TrapLogEncoding::kBinary) {
     if (!record.AppendToString(&scratch_)) {
@@ -178,6 +198,9 @@ absl::Status TrapLogWriter::Append(const v1::TrapRecord& record) {
     google::protobuf::TextFormat::Printer printer;
     printer.SetInitialIndentLevel(1);
     printer.SetUseShortRepeatedPrimitives(true);
+    // Fields from a newer schema would print as bare numbers, which the
+    // reader rejects; the text form keeps only what this schema names.
+    printer.SetHideUnknownFields(true);
     scratch_ = "record {\n";
     std::string body;
     printer.PrintToString(record, &body);
@@ -317,6 +340,7 @@ class BinaryImpl final : public TrapLogReader::Impl {
 class TextImpl final : public TrapLogReader::Impl {
  public:
   absl::Status Load(std::istream* in, absl::string_view name) {
+    name_ = std::string(name);
     std::string text(std::istreambuf_iterator<char>(*in), {});
     if (in->bad()) {
       return absl::DataLossError(absl::StrCat(name, ": read failed"));
@@ -328,10 +352,13 @@ class TextImpl final : public TrapLogReader::Impl {
     if (n > log_.record_size()) return false;
     record->Clear();
     record->Swap(log_.mutable_record(static_cast<int>(n - 1)));
+    RETURN_IF_ERROR(
+        CheckStrings(*record, absl::StrCat(name_, ": record ", n, ": ")));
     return true;
   }
 
  private:
+  std::string name_;
   v1::TrapLog log_;
 };
 

@@ -355,6 +355,29 @@ TEST(TrapLogReaderTest, TextErrorsHaveLineAndColumn) {
                                  "has no field named \"bogus\""))));
 }
 
+// Found by traplog_fuzz: the text parser accepts a note that is not UTF-8,
+// which the binary reader would then reject; both sides now refuse it.
+TEST(TrapLogReaderTest, StringsMustBeUtf8) {
+  std::stringstream text{std::string(
+      "record { source: \"a:1\" }\nrecord { note: \"kvm [1]\xcf unhandled\" }\n")};
+  auto reader = TrapLogReader::ForStream(&text, TrapLogEncoding::kText, "u.textproto");
+  ASSERT_THAT(reader, IsOk());
+  v1::TrapRecord rec;
+  EXPECT_THAT((*reader)->Next(&rec), IsOk());
+  EXPECT_THAT((*reader)->Next(&rec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "u.textproto: record 2: note is not valid UTF-8 (a "
+                       "proto3 string must be)"));
+
+  std::stringstream out;
+  auto writer = TrapLogWriter::ForStream(&out, TrapLogEncoding::kBinary, "w.traps");
+  v1::TrapRecord bad;
+  bad.set_source("x\xff");
+  EXPECT_THAT(writer->Append(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("w.traps: record 1: source is not valid UTF-8")));
+}
+
 long MaxRssKb() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
