@@ -1,28 +1,99 @@
-// pvemud: the pvemu daemon. See CLI.md, "Daemon".
+// pvemud: the pvemu daemon. See CLI.md, "Daemon", and server/daemon.h.
+#include <signal.h>
+
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "server/daemon.h"
 
 ABSL_FLAG(std::string, host, "sim", "host backend: sim | xen | linux");
 ABSL_FLAG(std::string, host_profile, "",
           "sim host profile textproto (default: the shipped Intel Xeon E-2136)");
 ABSL_FLAG(std::string, listen, "unix:///run/pvemu/pvemu.sock",
-          "where to serve: unix:///path (mode 0660) or host:port (TLS required)");
+          "where to serve: unix:///path (mode 0660) or host:port (TLS with client "
+          "certificates required)");
 ABSL_FLAG(std::string, state_dir, "/var/lib/pvemu",
-          "where accepted policy edits are kept across restarts");
+          "where accepted policy edits are kept across restarts ('' = memory only)");
 ABSL_FLAG(std::string, policy, "",
           "policy textproto to start from when the state dir has none "
           "(default: the shipped default policy)");
+ABSL_FLAG(std::string, readers, "",
+          "who may read policy, stats and audit: uid:N, gid:N, USER, @GROUP, comma-separated");
+ABSL_FLAG(std::string, editors, "",
+          "who may edit policy and send traps (root always may); same syntax as --readers");
+ABSL_FLAG(bool, allow_host_writes, false,
+          "let PASSTHROUGH write rules with allow_host_write reach host MSRs");
+ABSL_FLAG(std::string, tls_cert, "", "TCP: server certificate (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "TCP: server private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "", "TCP: CA that signs client certificates (PEM)");
+ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
+
+namespace {
+
+// CLI.md spells flags with '-' (--state-dir); Abseil names them with '_'.
+// Rewrites the name part of each flag argument in place.
+void NormaliseFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* p = argv[i];
+    if (p[0] != '-') continue;
+    if (p[1] == '-' && p[2] == 0) break;  // "--": the rest is positional
+    p += (p[1] == '-') ? 2 : 1;
+    for (; *p != 0 && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  NormaliseFlagNames(argc, argv);
   absl::SetProgramUsageMessage(
       "pvemu privileged-operation emulator daemon.\n"
-      "Usage: pvemud [--host=sim|xen|linux] [--host-profile=FILE] "
-      "[--listen=ADDR] [--state-dir=DIR] [--policy=FILE]");
+      "Usage: pvemud [--host=sim|xen|linux] [--host-profile=FILE] [--listen=ADDR] "
+      "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST]");
   absl::ParseCommandLine(argc, argv);
-  std::fprintf(stderr, "pvemud: the server is not built yet\n");
-  return 1;
+
+  // Signals are taken synchronously by this thread; every other thread
+  // (gRPC's included) inherits the blocked mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  pvemu::server::DaemonOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.host_profile = absl::GetFlag(FLAGS_host_profile);
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.policy = absl::GetFlag(FLAGS_policy);
+  options.readers = absl::GetFlag(FLAGS_readers);
+  options.editors = absl::GetFlag(FLAGS_editors);
+  options.allow_host_writes = absl::GetFlag(FLAGS_allow_host_writes);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+
+  std::vector<std::string> warnings;
+  auto daemon = pvemu::server::Daemon::Start(options, &warnings);
+  for (const std::string& w : warnings) std::fprintf(stderr, "pvemud: warning: %s\n", w.c_str());
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "pvemud: %s\n", std::string(daemon.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "%s\n", (*daemon)->ReadyMessage().c_str());
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "pvemud: %s, stopping\n", strsignal(signal_number));
+  (*daemon)->Shutdown();
+  std::fprintf(stderr, "pvemud: stopped\n");
+  return 0;
 }

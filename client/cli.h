@@ -1,0 +1,73 @@
+// What every pvemuctl command shares: exit codes, output (-o text|json),
+// number parsing, and the connection to pvemud. See CLI.md.
+#ifndef PVEMU_CLIENT_CLI_H_
+#define PVEMU_CLIENT_CLI_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/struct.pb.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace pvemu::client {
+
+// Exit statuses (CLI.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInvalid = 1;      // bad input, or a check failed
+inline constexpr int kExitUsage = 2;        // the command line itself is wrong
+inline constexpr int kExitUnreachable = 3;  // the server could not be reached
+
+// Positional arguments after the command word(s).
+using Args = std::vector<std::string>;
+
+bool JsonOutput();  // -o json
+
+// A JSON object built field by field, printed as one JSON Lines line.
+class JsonLine {
+ public:
+  JsonLine& Str(absl::string_view key, absl::string_view value);
+  JsonLine& Hex(absl::string_view key, uint64_t value);  // "0x1b0"
+  JsonLine& Num(absl::string_view key, double value);
+  JsonLine& Bool(absl::string_view key, bool value);
+  JsonLine& Null(absl::string_view key);
+  JsonLine& Obj(absl::string_view key, const JsonLine& value);
+  // Prints the object on one line of stdout.
+  void Print() const;
+  const google::protobuf::Struct& value() const { return value_; }
+
+ private:
+  google::protobuf::Struct value_;
+};
+
+std::string HexString(uint64_t value);  // "0x1b0"
+
+// Decimal or 0x hex; `what` names the flag or argument in the error.
+absl::StatusOr<uint64_t> ParseNumber(absl::string_view text, absl::string_view what);
+// A 32-bit number; out-of-range values are errors.
+absl::StatusOr<uint32_t> ParseNumber32(absl::string_view text, absl::string_view what);
+// An MSR: catalog name (any case) or number.
+absl::StatusOr<uint32_t> ParseMsrArg(absl::string_view text, absl::string_view what);
+
+// Prints "pvemuctl: MESSAGE" to stderr and returns the exit code that fits
+// the status: kExitUnreachable for UNAVAILABLE/DEADLINE_EXCEEDED from a
+// server, kExitUsage for a usage error, kExitInvalid otherwise.
+int Fail(const absl::Status& status);
+int UsageError(absl::string_view message);
+
+// The daemon address: --server, else $PVEMU_SERVER, else the default socket.
+std::string ServerAddress();
+// A channel to pvemud (unix:// insecure with peer credentials; host:port TLS
+// with --tls-ca/--tls-cert/--tls-key).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect();
+
+}  // namespace pvemu::client
+
+#endif  // PVEMU_CLIENT_CLI_H_

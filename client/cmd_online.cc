@@ -1,0 +1,414 @@
+// The commands that talk to pvemud: policy get/apply/set-rule/delete-rule/diff,
+// domains, stats, watch. Each is a thin translation between flags and one RPC.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cli.h"
+#include "client/commands.h"
+#include "client/flags.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "policy/vendor.h"
+#include "pvemu/status_macros.h"
+#include "pvemu/textproto.h"
+#include "pvemu/v1/service.grpc.pb.h"
+
+namespace pvemu::client {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach pvemud at ", ServerAddress(), ": ", status.error_message(),
+        " (is pvemud running? set --server or $PVEMU_SERVER)"));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+// A context with the --timeout deadline.
+void SetDeadline(grpc::ClientContext* context) {
+  absl::StatusOr<uint64_t> seconds = ParseNumber(absl::GetFlag(FLAGS_timeout), "--timeout");
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(seconds.ok() ? *seconds : 10));
+}
+
+absl::StatusOr<std::unique_ptr<v1::PolicyService::Stub>> PolicyStub() {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
+  return v1::PolicyService::NewStub(channel);
+}
+
+// --domain=N|default into a LayerRef; unset → *has_layer false.
+absl::Status ParseLayer(bool required, v1::LayerRef* layer, bool* has_layer) {
+  std::string domain = absl::GetFlag(FLAGS_domain);
+  *has_layer = !domain.empty();
+  if (domain.empty()) {
+    if (required) {
+      return absl::InvalidArgumentError("--domain is required: a domain id or 'default'");
+    }
+    return absl::OkStatus();
+  }
+  if (absl::AsciiStrToLower(domain) == "default") {
+    layer->set_default_(true);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(uint32_t id, ParseNumber32(domain, "--domain"));
+  layer->set_domain(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> IfGeneration() {
+  std::string g = absl::GetFlag(FLAGS_if_generation);
+  if (g.empty()) return 0;
+  return ParseNumber(g, "--if-generation");
+}
+
+void PrintGeneration(const v1::EditResponse& response) {
+  if (JsonOutput()) {
+    JsonLine().Num("generation", response.generation()).Print();
+  } else {
+    if (!response.diff().empty()) std::printf("%s", response.diff().c_str());
+    std::printf("generation %llu\n",
+                static_cast<unsigned long long>(response.generation()));
+  }
+}
+
+void PrintMessageJson(const google::protobuf::Message& msg, JsonLine* extra) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(msg, &json, options);
+  google::protobuf::Struct parsed;
+  (void)google::protobuf::util::JsonStringToMessage(json, &parsed);
+  for (const auto& [key, value] : extra->value().fields()) {
+    (*parsed.mutable_fields())[key] = value;
+  }
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(parsed, &out, options);
+  std::printf("%s\n", out.c_str());
+}
+
+// Reads -f FILE as text for apply/diff.
+absl::Status ReadPolicyFlag(std::string* text, std::string* name) {
+  *name = absl::GetFlag(FLAGS_f);
+  if (name->empty()) return absl::InvalidArgumentError("-f FILE is required");
+  return ReadFileToString(*name, text);
+}
+
+absl::Status FillRuleTarget(v1::MsrRule* rule) {
+  std::string msr = absl::GetFlag(FLAGS_msr);
+  std::string range = absl::GetFlag(FLAGS_range);
+  if (msr.empty() == range.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --msr=MSR or --range=FIRST-LAST");
+  }
+  if (!msr.empty()) {
+    ASSIGN_OR_RETURN(uint32_t index, ParseMsrArg(msr, "--msr"));
+    (void)index;  // validated here; the rule keeps the operator's spelling
+    rule->set_msr(msr);
+  } else {
+    std::vector<std::string> ends = absl::StrSplit(range, absl::MaxSplits('-', 1));
+    if (ends.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--range=", range, ": write FIRST-LAST, e.g. --range=0xc0010000-0xc0010007"));
+    }
+    ASSIGN_OR_RETURN(uint32_t first, ParseMsrArg(ends[0], "--range first"));
+    ASSIGN_OR_RETURN(uint32_t last, ParseMsrArg(ends[1], "--range last"));
+    if (first > last) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--range=", range, ": the first MSR is above the last"));
+    }
+    rule->mutable_range()->set_first(ends[0]);
+    rule->mutable_range()->set_last(ends[1]);
+  }
+  std::string vendor = absl::GetFlag(FLAGS_host_vendor);
+  if (!vendor.empty()) {
+    ASSIGN_OR_RETURN(v1::Vendor v, policy::ParseVendor(vendor));
+    rule->set_host_vendor(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillRuleActions(v1::MsrRule* rule) {
+  std::string read = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_read));
+  std::string write = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_write));
+  if (read.empty() && write.empty()) {
+    return absl::InvalidArgumentError("give --read=ACTION and/or --write=ACTION");
+  }
+  if (!read.empty()) {
+    v1::ReadAction::Action action;
+    if (!v1::ReadAction::Action_Parse(read, &action) ||
+        action == v1::ReadAction::ACTION_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--read=", read, ": use PASSTHROUGH, CONST, SHADOW, ZERO or GP"));
+    }
+    rule->set_read(action);
+  }
+  if (!write.empty()) {
+    v1::WriteAction::Action action;
+    if (!v1::WriteAction::Action_Parse(write, &action) ||
+        action == v1::WriteAction::ACTION_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--write=", write, ": use PASSTHROUGH, SHADOW, IGNORE or GP"));
+    }
+    rule->set_write(action);
+    if (action == v1::WriteAction::PASSTHROUGH) rule->set_allow_host_write(true);
+  }
+  if (std::string v = absl::GetFlag(FLAGS_value); !v.empty()) {
+    ASSIGN_OR_RETURN(uint64_t value, ParseNumber(v, "--value"));
+    rule->set_value(value);
+  }
+  if (std::string m = absl::GetFlag(FLAGS_writable_mask); !m.empty()) {
+    ASSIGN_OR_RETURN(uint64_t mask, ParseNumber(m, "--writable-mask"));
+    rule->set_writable_mask(mask);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyGet() {
+  v1::GetPolicyRequest request;
+  bool has_layer = false;
+  RETURN_IF_ERROR(ParseLayer(false, request.mutable_layer(), &has_layer));
+  if (!has_layer) request.clear_layer();
+  ASSIGN_OR_RETURN(auto stub, PolicyStub());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::GetPolicyResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub->GetPolicy(&context, request, &response)));
+  if (JsonOutput()) {
+    JsonLine extra;
+    extra.Num("generation", response.generation());
+    PrintMessageJson(response.policy(), &extra);
+  } else {
+    std::printf("# generation %llu\n%s",
+                static_cast<unsigned long long>(response.generation()),
+                response.textproto().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyApply() {
+  v1::ApplyPolicyRequest request;
+  bool has_layer = false;
+  RETURN_IF_ERROR(ParseLayer(false, request.mutable_layer(), &has_layer));
+  if (!has_layer) request.clear_layer();
+  std::string name;
+  RETURN_IF_ERROR(ReadPolicyFlag(request.mutable_textproto(), &name));
+  request.set_source_name(name);
+  ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
+  request.set_if_generation(if_generation);
+  ASSIGN_OR_RETURN(auto stub, PolicyStub());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::EditResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub->ApplyPolicy(&context, request, &response)));
+  PrintGeneration(response);
+  return absl::OkStatus();
+}
+
+absl::Status PolicyDiff() {
+  v1::DiffPolicyRequest request;
+  bool has_layer = false;
+  RETURN_IF_ERROR(ParseLayer(false, request.mutable_layer(), &has_layer));
+  if (!has_layer) request.clear_layer();
+  std::string name;
+  RETURN_IF_ERROR(ReadPolicyFlag(request.mutable_textproto(), &name));
+  request.set_source_name(name);
+  ASSIGN_OR_RETURN(auto stub, PolicyStub());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::DiffPolicyResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub->DiffPolicy(&context, request, &response)));
+  if (JsonOutput()) {
+    JsonLine()
+        .Str("diff", response.diff())
+        .Bool("changed", !response.diff().empty())
+        .Num("generation", response.generation())
+        .Print();
+  } else {
+    std::printf("%s", response.diff().empty() ? "no change\n" : response.diff().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyEditRule(bool set) {
+  v1::MsrRule rule;
+  bool has_layer = false;
+  v1::LayerRef layer;
+  RETURN_IF_ERROR(ParseLayer(true, &layer, &has_layer));
+  RETURN_IF_ERROR(FillRuleTarget(&rule));
+  if (set) RETURN_IF_ERROR(FillRuleActions(&rule));
+  ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
+  ASSIGN_OR_RETURN(auto stub, PolicyStub());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::EditResponse response;
+  grpc::Status status;
+  if (set) {
+    v1::SetRuleRequest request;
+    *request.mutable_layer() = layer;
+    *request.mutable_rule() = rule;
+    request.set_if_generation(if_generation);
+    status = stub->SetRule(&context, request, &response);
+  } else {
+    v1::DeleteRuleRequest request;
+    *request.mutable_layer() = layer;
+    *request.mutable_rule() = rule;
+    request.set_if_generation(if_generation);
+    status = stub->DeleteRule(&context, request, &response);
+  }
+  RETURN_IF_ERROR(FromGrpc(status));
+  PrintGeneration(response);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunPolicy(const Args& args) {
+  if (args.size() != 1) {
+    return UsageError("policy needs one of: get, apply, set-rule, delete-rule, diff");
+  }
+  const std::string& sub = args[0];
+  absl::Status status;
+  if (sub == "get") {
+    status = PolicyGet();
+  } else if (sub == "apply") {
+    status = PolicyApply();
+  } else if (sub == "diff") {
+    status = PolicyDiff();
+  } else if (sub == "set-rule") {
+    status = PolicyEditRule(true);
+  } else if (sub == "delete-rule") {
+    status = PolicyEditRule(false);
+  } else {
+    return UsageError(absl::StrCat("unknown policy command '", sub,
+                                   "'; use get, apply, set-rule, delete-rule or diff"));
+  }
+  return status.ok() ? kExitOk : Fail(status);
+}
+
+int RunDomains(const Args& args) {
+  if (!args.empty()) return UsageError("domains takes no arguments");
+  auto stub = PolicyStub();
+  if (!stub.ok()) return Fail(stub.status());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListDomainsResponse response;
+  absl::Status status =
+      FromGrpc((*stub)->ListDomains(&context, v1::ListDomainsRequest(), &response));
+  if (!status.ok()) return Fail(status);
+  if (!JsonOutput()) {
+    std::printf("%-8s %-11s %-5s %-8s %s\n", "DOMAIN", "STATE", "HW", "OVERLAY", "VCPUS");
+  }
+  for (const v1::DomainInfo& d : response.domain()) {
+    if (JsonOutput()) {
+      JsonLine()
+          .Num("domain", d.domain())
+          .Str("state", d.state())
+          .Bool("live", d.live())
+          .Bool("hardware_domain", d.hardware_domain())
+          .Bool("has_overlay", d.has_overlay())
+          .Num("vcpus", d.vcpus())
+          .Print();
+    } else {
+      std::printf("%-8u %-11s %-5s %-8s %u\n", d.domain(), d.state().c_str(),
+                  d.hardware_domain() ? "yes" : "no", d.has_overlay() ? "yes" : "no",
+                  d.vcpus());
+    }
+  }
+  return kExitOk;
+}
+
+int RunStats(const Args& args) {
+  if (!args.empty()) return UsageError("stats takes no arguments");
+  auto channel = Connect();
+  if (!channel.ok()) return Fail(channel.status());
+  auto stub = v1::EmulatorService::NewStub(*channel);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::StatsResponse response;
+  absl::Status status = FromGrpc(stub->GetStats(&context, v1::StatsRequest(), &response));
+  if (!status.ok()) return Fail(status);
+  if (JsonOutput()) {
+    JsonLine()
+        .Num("traps", static_cast<double>(response.traps()))
+        .Num("completed", static_cast<double>(response.completed()))
+        .Num("exceptions", static_cast<double>(response.exceptions()))
+        .Num("unhandled", static_cast<double>(response.unhandled()))
+        .Num("decode_errors", static_cast<double>(response.decode_errors()))
+        .Num("generation", static_cast<double>(response.generation()))
+        .Num("edits", static_cast<double>(response.edits()))
+        .Num("uptime_seconds", response.uptime_seconds())
+        .Str("host", response.host())
+        .Str("host_vendor", policy::VendorWord(response.host_vendor()))
+        .Print();
+  } else {
+    std::printf(
+        "host        %s\nuptime      %.0f s\ngeneration  %llu (%llu edits)\n"
+        "traps       %llu: %llu completed, %llu exceptions, %llu unhandled, "
+        "%llu decode errors\n",
+        response.host().c_str(), response.uptime_seconds(),
+        static_cast<unsigned long long>(response.generation()),
+        static_cast<unsigned long long>(response.edits()),
+        static_cast<unsigned long long>(response.traps()),
+        static_cast<unsigned long long>(response.completed()),
+        static_cast<unsigned long long>(response.exceptions()),
+        static_cast<unsigned long long>(response.unhandled()),
+        static_cast<unsigned long long>(response.decode_errors()));
+  }
+  return kExitOk;
+}
+
+int RunWatch(const Args& args) {
+  if (!args.empty()) return UsageError("watch takes no arguments");
+  uint64_t limit = 0;
+  if (std::string c = absl::GetFlag(FLAGS_count); !c.empty()) {
+    absl::StatusOr<uint64_t> n = ParseNumber(c, "--count");
+    if (!n.ok()) return UsageError(n.status().message());
+    limit = *n;
+  }
+  auto channel = Connect();
+  if (!channel.ok()) return Fail(channel.status());
+  auto stub = v1::AuditService::NewStub(*channel);
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, v1::WatchRequest());
+  v1::AuditEvent event;
+  uint64_t seen = 0;
+  while ((limit == 0 || seen < limit) && reader->Read(&event)) {
+    ++seen;
+    if (JsonOutput()) {
+      JsonLine empty;
+      PrintMessageJson(event, &empty);
+    } else if (event.has_edit()) {
+      std::printf("#%llu edit gen=%llu %s by %s on %s\n%s",
+                  static_cast<unsigned long long>(event.sequence()),
+                  static_cast<unsigned long long>(event.edit().generation()),
+                  event.edit().method().c_str(), event.edit().who().c_str(),
+                  event.edit().layer().c_str(), event.edit().diff().c_str());
+    } else {
+      const v1::TrapEvent& t = event.trap();
+      std::printf("#%llu trap d%uv%u %s %s msr 0x%x -> %s%s\n",
+                  static_cast<unsigned long long>(event.sequence()), t.domain(),
+                  t.vcpu(), t.reason().c_str(), t.mnemonic().c_str(), t.msr(),
+                  v1::Outcome::Kind_Name(t.outcome()).c_str(),
+                  t.suppressed() ? absl::StrCat(" (", t.suppressed(), " suppressed)").c_str() : "");
+    }
+    std::fflush(stdout);
+  }
+  if (limit != 0 && seen >= limit) {
+    context.TryCancel();
+    return kExitOk;
+  }
+  absl::Status status = FromGrpc(reader->Finish());
+  return status.ok() ? kExitOk : Fail(status);
+}
+
+}  // namespace pvemu::client

@@ -1,0 +1,213 @@
+#include "server/daemon.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "policy/store.h"
+#include "pvemu/status_macros.h"
+#include "pvemu/textproto.h"
+#include "server/audit.h"
+#include "server/auth.h"
+#include "server/dispatch.h"
+#include "server/hosts/open_host.h"
+#include "server/hosts/xen_host.h"
+#include "server/listener.h"
+#include "server/services.h"
+
+namespace pvemu::server {
+namespace {
+
+// Lists Xen's live domains for `pvemuctl domains`.
+LiveDomainsFn XenDomains(XenHost* xen) {
+  return [xen]() -> absl::StatusOr<std::vector<v1::DomainInfo>> {
+    ASSIGN_OR_RETURN(std::vector<DomainState> states, xen->ListDomains());
+    std::vector<v1::DomainInfo> out;
+    for (const DomainState& s : states) {
+      v1::DomainInfo d;
+      d.set_domain(s.domid);
+      d.set_live(true);
+      d.set_vcpus(s.nr_online_vcpus);
+      d.set_state(s.dying      ? "dying"
+                  : s.shutdown ? "shutdown"
+                  : s.paused   ? "paused"
+                  : s.running  ? "running"
+                  : s.blocked  ? "blocked"
+                               : "idle");
+      out.push_back(std::move(d));
+    }
+    return out;
+  };
+}
+
+class DaemonImpl final : public Daemon {
+ public:
+  ~DaemonImpl() override { Shutdown(); }
+
+  std::string ReadyMessage() const override {
+    return absl::StrCat("pvemud: ready on ", listen_, " (host ", host_->description(),
+                        ", policy generation ", store_->generation(),
+                        state_dir_.empty() ? ", in memory" : ", state in " + state_dir_,
+                        host_writes_ ? ", host MSR writes ENABLED" : "", ")");
+  }
+
+  void Shutdown() override {
+    if (shut_down_) return;
+    shut_down_ = true;
+    if (listener_ != nullptr) listener_->Stop();
+    audit_.Shutdown();
+    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
+                                              std::chrono::seconds(3));
+  }
+
+  absl::Status Init(const DaemonOptions& options, std::vector<std::string>* warnings);
+
+ private:
+  void OnEdit(const policy::EditEvent& edit);
+
+  std::string listen_;
+  std::string state_dir_;
+  bool host_writes_ = false;
+  bool shut_down_ = false;
+  std::unique_ptr<emulator::Host> host_;
+  std::unique_ptr<policy::Store> store_;
+  AuditHub audit_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  PeerTable peers_;
+  std::unique_ptr<Authorizer> auth_;
+  std::unique_ptr<PolicyServiceImpl> policy_service_;
+  std::unique_ptr<EmulatorServiceImpl> emulator_service_;
+  std::unique_ptr<AuditServiceImpl> audit_service_;
+  std::unique_ptr<UnixListener> listener_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Every accepted edit: to the watchers, to stderr (the journal) and to
+// state_dir/audit.log, with who, when, generation and what changed.
+void DaemonImpl::OnEdit(const policy::EditEvent& edit) {
+  emulator_service_->CountEdit();
+  std::string line = absl::StrCat(absl::FormatTime(absl::RFC3339_sec, absl::Now(),
+                                                   absl::UTCTimeZone()),
+                                  " edit generation=", edit.generation, " ", edit.method,
+                                  " layer=", edit.layer, " by ", edit.who);
+  std::fprintf(stderr, "pvemud: %s\n", line.c_str());
+  if (!state_dir_.empty()) {
+    std::ofstream log(state_dir_ + "/audit.log", std::ios::app);
+    log << line << "\n" << edit.diff << (edit.diff.empty() || edit.diff.back() == '\n' ? "" : "\n");
+  }
+  v1::EditEvent event;
+  event.set_who(edit.who);
+  event.set_generation(edit.generation);
+  event.set_method(edit.method);
+  event.set_layer(edit.layer);
+  event.set_diff(edit.diff);
+  audit_.PublishEdit(std::move(event));
+}
+
+absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::string>* warnings) {
+  listen_ = options.listen;
+  state_dir_ = options.state_dir;
+  host_writes_ = options.allow_host_writes;
+  const std::string socket_path = UnixSocketPath(options.listen);
+  const bool tls = !options.tls_cert.empty() || !options.tls_key.empty() ||
+                   !options.tls_client_ca.empty();
+  if (socket_path.empty() && !tls) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", options.listen,
+        " is TCP; pvemud serves TCP only over TLS with client certificates: give "
+        "--tls-cert, --tls-key and --tls-client-ca, or listen on unix:///path"));
+  }
+  if (tls && (options.tls_cert.empty() || options.tls_key.empty() ||
+              options.tls_client_ca.empty())) {
+    return absl::InvalidArgumentError(
+        "TLS needs all three of --tls-cert, --tls-key and --tls-client-ca (clients "
+        "must present a certificate signed by that CA)");
+  }
+  if (!socket_path.empty() && tls) {
+    return absl::InvalidArgumentError(
+        "--tls-* flags apply to TCP listening; a unix:// socket is authenticated by "
+        "SO_PEERCRED instead: drop the --tls-* flags or listen on host:port");
+  }
+
+  ASSIGN_OR_RETURN(AllowList readers, ParseAllowList(options.readers, "readers"));
+  ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));
+
+  HostOptions host_options;
+  host_options.profile_path = options.host_profile;
+  ASSIGN_OR_RETURN(host_, OpenHost(options.host, host_options));
+
+  if (!state_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(state_dir_, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create --state-dir=", state_dir_, ": ", ec.message()));
+    }
+    chmod(state_dir_.c_str(), 0700);
+  }
+  ASSIGN_OR_RETURN(store_, policy::Store::Open(state_dir_, options.policy, host_->vendor(),
+                                               warnings));
+  DispatchOptions dispatch_options;
+  dispatch_options.allow_host_writes = options.allow_host_writes;
+  dispatcher_ = std::make_unique<Dispatcher>(*store_, *host_, &audit_, dispatch_options);
+  auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
+
+  LiveDomainsFn live;
+  if (auto* xen = dynamic_cast<XenHost*>(host_.get()); xen != nullptr) live = XenDomains(xen);
+  policy_service_ = std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live));
+  emulator_service_ = std::make_unique<EmulatorServiceImpl>(
+      *dispatcher_, *auth_, std::string(host_->description()));
+  audit_service_ = std::make_unique<AuditServiceImpl>(audit_, *auth_);
+  store_->SetEditListener([this](const policy::EditEvent& e) { OnEdit(e); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(64 << 20);
+  builder.RegisterService(policy_service_.get());
+  builder.RegisterService(emulator_service_.get());
+  builder.RegisterService(audit_service_.get());
+  int tcp_port = 0;
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    RETURN_IF_ERROR(ReadFileToString(options.tls_key, &pair.private_key));
+    RETURN_IF_ERROR(ReadFileToString(options.tls_cert, &pair.cert_chain));
+    RETURN_IF_ERROR(ReadFileToString(options.tls_client_ca, &ssl.pem_root_certs));
+    ssl.pem_key_cert_pairs.push_back(pair);
+    builder.AddListeningPort(options.listen, grpc::SslServerCredentials(ssl), &tcp_port);
+  } else {
+    ASSIGN_OR_RETURN(listener_, UnixListener::Bind(socket_path, options.socket_mode));
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || (tls && tcp_port == 0)) {
+    return absl::UnavailableError(absl::StrCat(
+        "gRPC could not listen on ", options.listen,
+        " (address in use, or not an address this host has)"));
+  }
+  if (listener_ != nullptr) listener_->Start(server_.get(), &peers_);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
+                                                      std::vector<std::string>* warnings) {
+  auto daemon = std::make_unique<DaemonImpl>();
+  RETURN_IF_ERROR(daemon->Init(options, warnings));
+  return std::unique_ptr<Daemon>(std::move(daemon));
+}
+
+}  // namespace pvemu::server

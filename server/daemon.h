@@ -1,0 +1,47 @@
+// The pvemud daemon as a library: everything main() does between parsing
+// flags and waiting for a signal, so tests run the real server in process.
+#ifndef PVEMU_SERVER_DAEMON_H_
+#define PVEMU_SERVER_DAEMON_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pvemu::server {
+
+struct DaemonOptions {
+  std::string host = "sim";          // sim | xen | linux
+  std::string host_profile;          // sim: a profile file; "" = shipped Intel
+  std::string listen = "unix:///run/pvemu/pvemu.sock";
+  std::string state_dir = "/var/lib/pvemu";
+  std::string policy;                // initial policy file; "" = shipped default
+  std::string readers;               // allow lists (server/auth.h syntax)
+  std::string editors;
+  bool allow_host_writes = false;    // PASSTHROUGH writes may reach the host
+  std::string tls_cert, tls_key, tls_client_ca;  // TCP listening
+  unsigned socket_mode = 0660;
+  int max_message_bytes = 4 << 20;   // requests larger than this are refused
+};
+
+class Daemon {
+ public:
+  // Opens the host and the policy store, starts serving. Errors say what is
+  // wrong and what to do (no Xen, a bad profile, a socket in use, TCP without
+  // TLS, ...). `warnings` gets things the operator should see but that do not
+  // stop the daemon (a damaged state file replaced by the last good policy).
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,
+                                                       std::vector<std::string>* warnings);
+  virtual ~Daemon() = default;
+
+  // One line for the log: where it listens, the host, the policy generation.
+  virtual std::string ReadyMessage() const = 0;
+  // Stops accepting, ends streams, waits for in-flight calls (bounded).
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace pvemu::server
+
+#endif  // PVEMU_SERVER_DAEMON_H_

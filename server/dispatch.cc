@@ -1,0 +1,234 @@
+#include "server/dispatch.h"
+
+#include "absl/numeric/int128.h"
+#include "emulator/domain.h"
+#include "emulator/emulate.h"
+#include "emulator/trap_convert.h"
+#include "policy/catalog.h"
+#include "policy/compile.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pvemu::server {
+namespace {
+
+using emulator::MsrDecision;
+using emulator::MsrRead;
+using emulator::MsrWrite;
+
+// pvemu.v1 action numbers → the emulator's enums (0, unspecified, never
+// survives compilation; it maps to the safe answer, #GP).
+constexpr MsrRead kReadActions[] = {MsrRead::kGp,   MsrRead::kPassthrough, MsrRead::kConst,
+                                    MsrRead::kShadow, MsrRead::kZero,    MsrRead::kGp};
+constexpr MsrWrite kWriteActions[] = {MsrWrite::kGp, MsrWrite::kPassthrough, MsrWrite::kShadow,
+                                      MsrWrite::kIgnore, MsrWrite::kGp};
+
+template <typename T, size_t N>
+T Lookup(const T (&table)[N], int index) {
+  return index >= 0 && static_cast<size_t>(index) < N ? table[index] : table[0];
+}
+
+// The emulator's view of one domain's compiled policy for one trap.
+class DomainView final : public emulator::Domain {
+ public:
+  DomainView(const policy::DomainSnapshot& snap, ShadowStore& shadow, uint32_t domain,
+             bool allow_host_writes)
+      : snap_(snap), shadow_(shadow), domain_(domain), allow_host_writes_(allow_host_writes) {}
+
+  const MsrDecision& Msr(uint32_t index) const override {
+    const policy::MsrEntry& e = snap_.Lookup(index);
+    decision_.read = Lookup(kReadActions, e.read);
+    decision_.write = Lookup(kWriteActions, e.write);
+    decision_.drop_reserved = e.drop_reserved;
+    decision_.host_write_allowed = e.allow_host_write && allow_host_writes_;
+    decision_.audit = e.audit;
+    decision_.unknown = e.unknown;
+    decision_.value = e.value;
+    decision_.value_from_host = !e.has_value;
+    decision_.writable_mask = e.writable_mask;
+    return decision_;
+  }
+
+  uint64_t* Shadow(uint32_t vcpu, uint32_t index, bool* fresh) override {
+    return shadow_.Get(domain_, vcpu, index, fresh);
+  }
+
+  emulator::CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf,
+                            emulator::Host& host) const override {
+    const policy::CpuidDecision* d = snap_.Cpuid(leaf, subleaf);
+    if (d != nullptr && d->source == v1::CpuidEntry::CONST) {
+      return {d->set[0], d->set[1], d->set[2], d->set[3]};
+    }
+    emulator::CpuidRegs r = host.Cpuid(leaf, subleaf);
+    if (d != nullptr) {
+      r.eax = (r.eax & ~d->clear[0]) | d->set[0];
+      r.ebx = (r.ebx & ~d->clear[1]) | d->set[1];
+      r.ecx = (r.ecx & ~d->clear[2]) | d->set[2];
+      r.edx = (r.edx & ~d->clear[3]) | d->set[3];
+    }
+    return r;
+  }
+
+  uint64_t GuestTsc(uint64_t host_tsc, const emulator::Host& host) const override {
+    const policy::TscConfig& tsc = snap_.tsc();
+    switch (tsc.mode) {
+      case v1::TscPolicy::OFFSET:
+        return host_tsc + static_cast<uint64_t>(tsc.offset);
+      case v1::TscPolicy::EMULATED: {
+        const uint64_t host_khz = host.tsc_khz();
+        if (host_khz == 0 || tsc.frequency_khz == 0) {
+          return host_tsc + static_cast<uint64_t>(tsc.offset);
+        }
+        // 128-bit product: a 64-bit TSC times a kHz ratio overflows 64 bits.
+        absl::uint128 scaled = absl::uint128(host_tsc) * tsc.frequency_khz / host_khz;
+        return absl::Uint128Low64(scaled) + static_cast<uint64_t>(tsc.offset);
+      }
+      default:
+        return host_tsc;
+    }
+  }
+
+  bool PortAllowed(uint16_t port, uint8_t width) const override {
+    return snap_.PortAllowed(port, width);
+  }
+
+  bool vpmu() const override { return snap_.vpmu(); }
+
+ private:
+  const policy::DomainSnapshot& snap_;
+  ShadowStore& shadow_;
+  const uint32_t domain_;
+  const bool allow_host_writes_;
+  mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
+};
+
+}  // namespace
+
+// One session's counters: written only by its thread (relaxed stores, no
+// read-modify-write), read by Stats() from any thread.
+struct Dispatcher::Session::Counters {
+  std::atomic<uint64_t> traps{0};
+  std::atomic<uint64_t> completed{0};
+  std::atomic<uint64_t> exceptions{0};
+  std::atomic<uint64_t> unhandled{0};
+  std::atomic<uint64_t> decode_errors{0};
+};
+
+namespace {
+void Bump(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+}  // namespace
+
+Dispatcher::Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
+                       DispatchOptions options)
+    : store_(store), host_(host), audit_(audit), options_(options) {}
+
+Dispatcher::~Dispatcher() = default;
+
+std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
+  auto counters = std::make_unique<Session::Counters>();
+  Session::Counters* raw = counters.get();
+  {
+    absl::MutexLock lock(&mu_);
+    counters_.push_back(std::move(counters));
+  }
+  return std::unique_ptr<Session>(new Session(this, raw));
+}
+
+TrapStats Dispatcher::Stats() const {
+  TrapStats s;
+  absl::MutexLock lock(&mu_);
+  for (const auto& c : counters_) {
+    s.traps += c->traps.load(std::memory_order_relaxed);
+    s.completed += c->completed.load(std::memory_order_relaxed);
+    s.exceptions += c->exceptions.load(std::memory_order_relaxed);
+    s.unhandled += c->unhandled.load(std::memory_order_relaxed);
+    s.decode_errors += c->decode_errors.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
+    : owner_(owner), reader_(owner->store_), counters_(counters) {}
+
+Dispatcher::Session::~Session() = default;
+
+emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
+                                              emulator::Instruction* insn,
+                                              emulator::DecodeError* error) {
+  const policy::Snapshot& snapshot = reader_.Get();
+  DomainView view(snapshot.ForDomain(trap.domain), owner_->shadow_, trap.domain,
+                  owner_->options_.allow_host_writes);
+  emulator::Instruction decoded;
+  emulator::DecodeError decode_error = emulator::DecodeError::kOk;
+  emulator::Outcome out =
+      emulator::DecodeAndEmulate(trap, view, owner_->host_, &decoded, &decode_error);
+
+  Bump(counters_->traps);
+  if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
+  switch (out.kind) {
+    case emulator::OutcomeKind::kCompleted:
+      Bump(counters_->completed);
+      break;
+    case emulator::OutcomeKind::kException:
+      Bump(counters_->exceptions);
+      break;
+    case emulator::OutcomeKind::kUnhandled:
+      Bump(counters_->unhandled);
+      break;
+  }
+  // Audit: off unless the decision asked for it and someone listens.
+  if ((out.audit || out.unknown_msr) && owner_->audit_ != nullptr &&
+      owner_->audit_->wants_traps()) {
+    v1::TrapEvent event;
+    event.set_domain(trap.domain);
+    event.set_vcpu(trap.vcpu);
+    event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
+    if (decode_error == emulator::DecodeError::kOk) {
+      event.set_mnemonic(std::string(emulator::Mnemonic(decoded)));
+    }
+    event.set_msr(out.msr_or_port);
+    event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
+    owner_->audit_->PublishTrap(std::move(event), !out.audit);
+  }
+  if (insn != nullptr) *insn = decoded;
+  if (error != nullptr) *error = decode_error;
+  return out;
+}
+
+void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
+                 const emulator::Instruction& insn, emulator::DecodeError error,
+                 uint64_t generation, v1::Outcome* msg) {
+  emulator::OutcomeToProto(outcome, msg);
+  msg->set_generation(generation);
+  if (error != emulator::DecodeError::kOk) {
+    msg->set_detail(absl::StrCat(
+        "decode: ",
+        emulator::DecodeStatus(emulator::DecodeResult{error, 0, {}}).message()));
+    return;
+  }
+  emulator::InstructionToProto(insn, msg->mutable_instruction());
+  std::string what(emulator::Mnemonic(insn));
+  if (insn.kind == emulator::InsnKind::kRdmsr || insn.kind == emulator::InsnKind::kWrmsr) {
+    const uint32_t msr = static_cast<uint32_t>(trap.regs.gpr[emulator::kRcx]);
+    absl::string_view name = policy::MsrName(msr);
+    absl::StrAppendFormat(&what, " 0x%x", msr);
+    if (!name.empty()) absl::StrAppend(&what, " (", name, ")");
+  }
+  switch (outcome.kind) {
+    case emulator::OutcomeKind::kCompleted:
+      msg->set_detail(absl::StrCat(what, ": completed"));
+      break;
+    case emulator::OutcomeKind::kException:
+      msg->set_detail(absl::StrCat(
+          what, ": #", v1::Vector_Name(static_cast<v1::Vector>(outcome.vector)),
+          outcome.has_error_code ? absl::StrCat("(", outcome.error_code, ")") : ""));
+      break;
+    case emulator::OutcomeKind::kUnhandled:
+      msg->set_detail(absl::StrCat(what, ": not emulated by pvemu; the hypervisor handles it"));
+      break;
+  }
+}
+
+}  // namespace pvemu::server

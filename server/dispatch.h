@@ -1,0 +1,103 @@
+// The trap path: Trap → decode → the domain's compiled policy → emulate →
+// Outcome, with the host for passthrough, per-vCPU shadow registers, counters
+// and audit. Shared by every trap source (gRPC streams, replay, vm_event).
+//
+// Per trap: one acquire load to find the policy snapshot (SnapshotReader),
+// one hash probe for the domain, one for the MSR; no lock, no allocation
+// (except a vCPU's shadow table on its first SHADOW access). Audit costs a
+// branch on the outcome's flags unless a watcher is subscribed.
+#ifndef PVEMU_SERVER_DISPATCH_H_
+#define PVEMU_SERVER_DISPATCH_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "emulator/cpu.h"
+#include "emulator/decoder.h"
+#include "emulator/host.h"
+#include "policy/store.h"
+#include "server/audit.h"
+#include "server/shadow_store.h"
+#include "pvemu/v1/trap.pb.h"
+
+namespace pvemu::server {
+
+struct DispatchOptions {
+  // The daemon's half of the host-write guard: a PASSTHROUGH write reaches
+  // the host only if the rule says allow_host_write AND this is true.
+  bool allow_host_writes = false;
+};
+
+struct TrapStats {
+  uint64_t traps = 0;
+  uint64_t completed = 0;
+  uint64_t exceptions = 0;
+  uint64_t unhandled = 0;
+  uint64_t decode_errors = 0;
+};
+
+// Thread-safety: Dispatcher is thread-safe; each Session is used by one
+// thread at a time (one per stream / trap-source thread).
+class Dispatcher {
+ public:
+  // `store`, `host` and `audit` (may be null) must outlive the dispatcher.
+  Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
+             DispatchOptions options);
+  ~Dispatcher();
+
+  class Session {
+   public:
+    ~Session();
+    // One trap, one complete outcome. `insn`/`error` (may be null) receive
+    // the decoded instruction / the decode error for callers that report it.
+    emulator::Outcome Handle(const emulator::Trap& trap, emulator::Instruction* insn = nullptr,
+                             emulator::DecodeError* error = nullptr);
+    // The policy generation the last Handle() used.
+    uint64_t generation() const { return reader_.generation(); }
+
+   private:
+    friend class Dispatcher;
+    struct Counters;
+    Session(Dispatcher* owner, Counters* counters);
+
+    Dispatcher* owner_;
+    policy::SnapshotReader reader_;
+    Counters* counters_;  // owned by the dispatcher, outlives the session
+  };
+
+  std::unique_ptr<Session> NewSession();
+
+  // Sums every session's counters (past and present).
+  TrapStats Stats() const;
+
+  emulator::Host& host() const { return host_; }
+  const policy::Store& store() const { return store_; }
+  ShadowStore& shadow() { return shadow_; }
+
+ private:
+  const policy::Store& store_;
+  emulator::Host& host_;
+  AuditHub* audit_;
+  const DispatchOptions options_;
+  ShadowStore shadow_;
+
+  mutable absl::Mutex mu_;
+  // Counter blocks live as long as the dispatcher so that Stats() still
+  // counts the traps of sessions that ended.
+  std::vector<std::unique_ptr<Session::Counters>> counters_ ABSL_GUARDED_BY(mu_);
+};
+
+// The Outcome message for one handled trap: kind, registers, exception, the
+// decoded instruction, the generation, and a sentence for people ("rdmsr
+// 0x1b0 (IA32_ENERGY_PERF_BIAS): #GP(0)"). Off the trap path (it allocates).
+void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
+                 const emulator::Instruction& insn, emulator::DecodeError error,
+                 uint64_t generation, v1::Outcome* msg);
+
+}  // namespace pvemu::server
+
+#endif  // PVEMU_SERVER_DISPATCH_H_

@@ -1,0 +1,359 @@
+#include "server/services.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "emulator/trap_convert.h"
+#include "policy/catalog.h"
+#include "policy/loader.h"
+#include "pvemu/textproto.h"
+
+namespace pvemu::server {
+namespace {
+
+grpc::Status Denied(absl::string_view what, const Authorizer& auth,
+                    const grpc::ServerContext& context) {
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(what, " is not allowed for ", auth.Describe(context),
+                                   "; ask an operator to add you to pvemud's --",
+                                   what == "reading" ? "readers" : "editors", " list"));
+}
+
+// Readers and editors may read; only editors may change anything.
+#define REQUIRE_ROLE(role_needed, what)                                   \
+  do {                                                                    \
+    Role role_ = auth_.RoleOf(*context);                                  \
+    if (role_ == Role::kNone ||                                           \
+        (role_needed == Role::kEditor && role_ != Role::kEditor)) {       \
+      return Denied(what, auth_, *context);                               \
+    }                                                                     \
+  } while (0)
+
+// The layer a request names; `required` makes an unset one an error.
+absl::StatusOr<std::optional<policy::LayerRef>> LayerOf(const v1::LayerRef& ref, bool has,
+                                                        bool required) {
+  if (!has || ref.layer_case() == v1::LayerRef::LAYER_NOT_SET) {
+    if (required) {
+      return absl::InvalidArgumentError(
+          "layer is required: set layer.default = true or layer.domain = N");
+    }
+    return std::optional<policy::LayerRef>();
+  }
+  if (ref.layer_case() == v1::LayerRef::kDefault) {
+    if (!ref.default_()) {
+      return absl::InvalidArgumentError(
+          "layer.default must be true when set; use layer.domain = N for a domain");
+    }
+    return std::optional<policy::LayerRef>(policy::LayerRef::Default());
+  }
+  return std::optional<policy::LayerRef>(policy::LayerRef::Domain(ref.domain()));
+}
+
+// The policy of an apply/diff request: parsed text (with positions) or the
+// message (validated with field paths).
+absl::StatusOr<policy::LoadedPolicy> PolicyOf(const v1::Policy& msg, bool has_msg,
+                                              const std::string& text,
+                                              const std::string& source_name) {
+  std::string name = source_name.empty() ? "<request>" : source_name;
+  if (has_msg && !text.empty()) {
+    return absl::InvalidArgumentError("give either policy or textproto, not both");
+  }
+  if (!text.empty()) return policy::ParsePolicy(text, name);
+  if (!has_msg) {
+    return absl::InvalidArgumentError("the request carries no policy: set policy or textproto");
+  }
+  policy::LoadedPolicy loaded{msg, policy::SourceMap(name)};
+  return loaded;
+}
+
+policy::EditOptions EditOptionsFor(uint64_t if_generation, const Authorizer& auth,
+                                   const grpc::ServerContext& context) {
+  policy::EditOptions options;
+  options.if_generation = if_generation;
+  options.who = auth.Describe(context);
+  return options;
+}
+
+void FillEdit(const policy::EditResult& result, v1::EditResponse* response) {
+  response->set_generation(result.generation);
+  response->set_diff(result.diff);
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+grpc::Status PolicyServiceImpl::GetPolicy(grpc::ServerContext* context,
+                                          const v1::GetPolicyRequest* request,
+                                          v1::GetPolicyResponse* response) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  auto layer = LayerOf(request->layer(), request->has_layer(), false);
+  if (!layer.ok()) return ToGrpc(layer.status());
+  std::shared_ptr<const policy::Snapshot> snap = store_.Current();
+  const v1::Policy& whole = snap->policy();
+  v1::Policy* out = response->mutable_policy();
+  if (!layer->has_value()) {
+    *out = whole;
+  } else if ((*layer)->is_default) {
+    *out->mutable_default_() = whole.default_();
+  } else {
+    bool found = false;
+    for (const v1::Layer& d : whole.domain()) {
+      if (d.domain() == (*layer)->domain) {
+        *out->add_domain() = d;
+        found = true;
+      }
+    }
+    if (!found) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("domain ", (*layer)->domain,
+                                       " has no overlay: it follows the default layer "
+                                       "(policy get --domain=default)"));
+    }
+  }
+  response->set_textproto(ToTextProto(*out));
+  response->set_generation(snap->generation());
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyServiceImpl::ApplyPolicy(grpc::ServerContext* context,
+                                            const v1::ApplyPolicyRequest* request,
+                                            v1::EditResponse* response) {
+  REQUIRE_ROLE(Role::kEditor, "editing");
+  auto layer = LayerOf(request->layer(), request->has_layer(), false);
+  if (!layer.ok()) return ToGrpc(layer.status());
+  auto loaded = PolicyOf(request->policy(), request->has_policy(), request->textproto(),
+                         request->source_name());
+  if (!loaded.ok()) return ToGrpc(loaded.status());
+  policy::EditOptions options = EditOptionsFor(request->if_generation(), auth_, *context);
+  absl::StatusOr<policy::EditResult> result =
+      layer->has_value()
+          ? store_.ApplyLayer(**layer, loaded->policy, loaded->source, options)
+          : store_.ApplyPolicy(loaded->policy, loaded->source, options);
+  if (!result.ok()) return ToGrpc(result.status());
+  FillEdit(*result, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyServiceImpl::SetRule(grpc::ServerContext* context,
+                                        const v1::SetRuleRequest* request,
+                                        v1::EditResponse* response) {
+  REQUIRE_ROLE(Role::kEditor, "editing");
+  auto layer = LayerOf(request->layer(), request->has_layer(), true);
+  if (!layer.ok()) return ToGrpc(layer.status());
+  auto result = store_.SetRule(**layer, request->rule(),
+                               EditOptionsFor(request->if_generation(), auth_, *context));
+  if (!result.ok()) return ToGrpc(result.status());
+  FillEdit(*result, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyServiceImpl::DeleteRule(grpc::ServerContext* context,
+                                           const v1::DeleteRuleRequest* request,
+                                           v1::EditResponse* response) {
+  REQUIRE_ROLE(Role::kEditor, "editing");
+  auto layer = LayerOf(request->layer(), request->has_layer(), true);
+  if (!layer.ok()) return ToGrpc(layer.status());
+  auto result = store_.DeleteRule(**layer, request->rule(),
+                                  EditOptionsFor(request->if_generation(), auth_, *context));
+  if (!result.ok()) return ToGrpc(result.status());
+  FillEdit(*result, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyServiceImpl::DiffPolicy(grpc::ServerContext* context,
+                                           const v1::DiffPolicyRequest* request,
+                                           v1::DiffPolicyResponse* response) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  auto layer = LayerOf(request->layer(), request->has_layer(), false);
+  if (!layer.ok()) return ToGrpc(layer.status());
+  auto loaded = PolicyOf(request->policy(), request->has_policy(), request->textproto(),
+                         request->source_name());
+  if (!loaded.ok()) return ToGrpc(loaded.status());
+  const uint64_t generation = store_.generation();
+  absl::StatusOr<std::string> diff =
+      layer->has_value() ? store_.DiffLayer(**layer, loaded->policy, loaded->source)
+                         : store_.Diff(loaded->policy, loaded->source);
+  if (!diff.ok()) return ToGrpc(diff.status());
+  response->set_diff(*diff);
+  response->set_generation(generation);
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyServiceImpl::ListDomains(grpc::ServerContext* context,
+                                            const v1::ListDomainsRequest*,
+                                            v1::ListDomainsResponse* response) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  std::shared_ptr<const policy::Snapshot> snap = store_.Current();
+  std::vector<v1::DomainInfo> live;
+  if (live_) {
+    auto listed = live_();
+    if (!listed.ok()) return ToGrpc(listed.status());
+    live = std::move(*listed);
+  } else {
+    // Hosts without domains of their own (sim, linux) have one: dom0.
+    v1::DomainInfo dom0;
+    dom0.set_domain(0);
+    dom0.set_live(true);
+    dom0.set_state("running");
+    live.push_back(dom0);
+  }
+  absl::flat_hash_map<uint32_t, v1::DomainInfo> by_id;
+  for (v1::DomainInfo& d : live) by_id[d.domain()] = std::move(d);
+  for (const v1::Layer& layer : snap->policy().domain()) {
+    v1::DomainInfo& d = by_id[layer.domain()];
+    if (d.state().empty()) {
+      d.set_domain(layer.domain());
+      d.set_state("configured");
+    }
+  }
+  std::vector<uint32_t> ids;
+  for (const auto& [id, info] : by_id) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (uint32_t id : ids) {
+    v1::DomainInfo& d = by_id[id];
+    const policy::DomainSnapshot& ds = snap->ForDomain(id);
+    d.set_hardware_domain(ds.hardware_domain());
+    d.set_has_overlay(ds.has_overlay());
+    *response->add_domain() = std::move(d);
+  }
+  response->set_generation(snap->generation());
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyServiceImpl::Explain(grpc::ServerContext* context,
+                                        const v1::ExplainRequest* request,
+                                        v1::ExplainResponse* response) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  absl::StatusOr<uint32_t> msr = policy::ParseMsr(request->msr());
+  if (!msr.ok()) return ToGrpc(msr.status());
+  std::shared_ptr<const policy::Snapshot> snap = store_.Current();
+  std::optional<uint64_t> write;
+  if (request->has_write_value()) write = request->write_value();
+  policy::Explanation e = policy::ExplainMsr(*snap, request->domain(), *msr, write);
+  response->set_domain(e.domain);
+  response->set_msr(e.msr);
+  response->set_name(e.name);
+  response->set_access(e.access());
+  response->set_action(e.action);
+  if (e.value.has_value()) response->set_value(*e.value);
+  response->set_layer(e.layer);
+  response->set_source(e.source);
+  response->set_generation(snap->generation());
+  response->set_detail(e.detail);
+  return grpc::Status::OK;
+}
+
+std::unique_ptr<Dispatcher::Session> EmulatorServiceImpl::Borrow() {
+  {
+    absl::MutexLock lock(&pool_mu_);
+    if (!pool_.empty()) {
+      auto session = std::move(pool_.back());
+      pool_.pop_back();
+      return session;
+    }
+  }
+  return dispatcher_.NewSession();
+}
+
+void EmulatorServiceImpl::Return(std::unique_ptr<Dispatcher::Session> session) {
+  absl::MutexLock lock(&pool_mu_);
+  pool_.push_back(std::move(session));
+}
+
+namespace {
+
+// Converts and handles one trap message; InvalidArgument for a malformed one.
+absl::Status HandleOne(Dispatcher::Session& session, const v1::Trap& request,
+                       v1::Outcome* response) {
+  absl::StatusOr<emulator::Trap> trap = emulator::TrapFromProto(request);
+  if (!trap.ok()) return trap.status();
+  emulator::Instruction insn;
+  emulator::DecodeError error;
+  emulator::Outcome outcome = session.Handle(*trap, &insn, &error);
+  FillOutcome(*trap, outcome, insn, error, session.generation(), response);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Emulating changes guest-visible state (shadow registers, host MSRs), so it
+// is an editor's right, like a policy edit.
+grpc::Status EmulatorServiceImpl::Emulate(grpc::ServerContext* context, const v1::Trap* request,
+                                          v1::Outcome* response) {
+  REQUIRE_ROLE(Role::kEditor, "emulating");
+  std::unique_ptr<Dispatcher::Session> session = Borrow();
+  absl::Status status = HandleOne(*session, *request, response);
+  Return(std::move(session));
+  return ToGrpc(status);
+}
+
+grpc::Status EmulatorServiceImpl::EmulateStream(
+    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::Outcome, v1::Trap>* stream) {
+  REQUIRE_ROLE(Role::kEditor, "emulating");
+  std::unique_ptr<Dispatcher::Session> session = dispatcher_.NewSession();
+  v1::Trap request;
+  v1::Outcome response;
+  uint64_t index = 0;
+  while (stream->Read(&request)) {
+    response.Clear();
+    absl::Status status = HandleOne(*session, request, &response);
+    if (!status.ok()) {
+      // One answer per trap, in order: a malformed trap ends the stream with
+      // its position rather than leaving the client to guess which it was.
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("trap #", index, " of the stream: ", status.message()));
+    }
+    if (!stream->Write(response)) break;
+    ++index;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
+                                           const v1::StatsRequest*,
+                                           v1::StatsResponse* response) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  TrapStats s = dispatcher_.Stats();
+  response->set_traps(s.traps);
+  response->set_completed(s.completed);
+  response->set_exceptions(s.exceptions);
+  response->set_unhandled(s.unhandled);
+  response->set_decode_errors(s.decode_errors);
+  response->set_generation(dispatcher_.store().generation());
+  response->set_edits(edits_.load(std::memory_order_relaxed));
+  response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  response->set_host(host_name_);
+  response->set_host_vendor(dispatcher_.host().vendor());
+  return grpc::Status::OK;
+}
+
+grpc::Status AuditServiceImpl::Watch(grpc::ServerContext* context,
+                                     const v1::WatchRequest* request,
+                                     grpc::ServerWriter<v1::AuditEvent>* writer) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  std::shared_ptr<AuditSubscription> sub = hub_.Subscribe(*request);
+  // Tell the client the stream is live before the first event, so a watcher
+  // started just before an edit does not miss it.
+  writer->SendInitialMetadata();
+  v1::AuditEvent event;
+  grpc::Status status = grpc::Status::OK;
+  while (!context->IsCancelled()) {
+    if (!sub->Next(&event, absl::Now() + absl::Milliseconds(200))) {
+      if (sub->closed()) break;
+      continue;
+    }
+    if (!writer->Write(event)) break;
+  }
+  hub_.Unsubscribe(sub);
+  return status;
+}
+
+}  // namespace pvemu::server
