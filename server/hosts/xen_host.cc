@@ -4,7 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
