@@ -50,6 +50,24 @@ constexpr std::array<uint8_t, 256> MakePrefixTable() {
 }
 constexpr std::array<uint8_t, 256> kPrefixTable = MakePrefixTable();
 
+// 0F xx opcodes with no operands and no prefix-dependent meaning:
+// 1 + InsnKind, or 0.
+constexpr std::array<uint8_t, 256> MakeSimpleTwoByteTable() {
+  std::array<uint8_t, 256> t{};
+  auto set = [&t](uint8_t op, InsnKind kind) {
+    t[op] = static_cast<uint8_t>(static_cast<uint8_t>(kind) + 1);
+  };
+  set(0x30, InsnKind::kWrmsr);
+  set(0x31, InsnKind::kRdtsc);
+  set(0x32, InsnKind::kRdmsr);
+  set(0x33, InsnKind::kRdpmc);
+  set(0xA2, InsnKind::kCpuid);
+  set(0x06, InsnKind::kClts);
+  set(0x08, InsnKind::kInvd);
+  return t;
+}
+constexpr std::array<uint8_t, 256> kSimpleTwoByte = MakeSimpleTwoByteTable();
+
 constexpr uint8_t kRexW = 0x08;
 constexpr uint8_t kRexR = 0x04;
 constexpr uint8_t kRexB = 0x01;
@@ -83,39 +101,58 @@ inline DecodeResult FailFetch(DecodeError error, size_t len) {
 // The end offset of a memory operand whose ModRM byte is at `modrm_at`
 // (mod != 3), or an error. Only the raw rm/base bits matter for the layout:
 // REX.B selects registers, not forms (RIP-relative and SIB stay as they are).
-inline DecodeError MemoryOperandEnd(const uint8_t* bytes, size_t len,
-                                    size_t modrm_at, uint8_t modrm,
-                                    uint8_t address_size, size_t* end) {
+inline DecodeError MemoryOperand(const uint8_t* bytes, size_t len,
+                                 size_t modrm_at, uint8_t address_size,
+                                 Instruction* insn, size_t* end) {
+  const uint8_t modrm = bytes[modrm_at];
   const uint8_t mod = modrm >> 6;
   const uint8_t rm = modrm & 7;
   size_t e = modrm_at + 1;
+  size_t disp = 0;
   if (address_size == 16) {
     // 16-bit addressing has no SIB; [disp16] replaces [BP] when mod=00.
     if (mod == 0 && rm == 6) {
-      e += 2;
+      disp = 2;
     } else if (mod == 1) {
-      e += 1;
+      disp = 1;
     } else if (mod == 2) {
-      e += 2;
+      disp = 2;
     }
   } else {
     if (rm == 4) {
       const DecodeError err = Need(e + 1, len);
       if (err != DecodeError::kOk) return err;
-      const uint8_t sib = bytes[e];
+      insn->sib = bytes[e];
       e += 1;
-      if (mod == 0 && (sib & 7) == 5) e += 4;  // no base: disp32
+      if (mod == 0 && (insn->sib & 7) == 5) disp = 4;  // no base: disp32
     } else if (mod == 0 && rm == 5) {
-      e += 4;  // disp32 (RIP-relative in 64-bit mode)
+      disp = 4;  // disp32 (RIP-relative in 64-bit mode)
     }
     if (mod == 1) {
-      e += 1;
+      disp = 1;
     } else if (mod == 2) {
-      e += 4;
+      disp = 4;
     }
   }
-  *end = e;
-  return Need(e, len);
+  const DecodeError err = Need(e + disp, len);
+  if (err != DecodeError::kOk) return err;
+  switch (disp) {
+    case 1:
+      insn->displacement = static_cast<int8_t>(bytes[e]);
+      break;
+    case 2:
+      insn->displacement = static_cast<int16_t>(bytes[e] | (bytes[e + 1] << 8));
+      break;
+    case 4:
+      insn->displacement = static_cast<int32_t>(
+          uint32_t{bytes[e]} | (uint32_t{bytes[e + 1]} << 8) |
+          (uint32_t{bytes[e + 2]} << 16) | (uint32_t{bytes[e + 3]} << 24));
+      break;
+    default:
+      break;
+  }
+  *end = e + disp;
+  return DecodeError::kOk;
 }
 
 }  // namespace
@@ -128,9 +165,16 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
   uint8_t last_rep = 0;  // the last of F2/F3: it decides F3 0F 09
   Segment segment = Segment::kNone;
   const bool mode64 = mode == Mode::k64;
+  // Bytes we may read: the caller's, and never more than 15. Running out
+  // before offset 15 is truncation; reaching offset 15 is #GP.
+  const size_t limit =
+      len < static_cast<size_t>(kMaxInsnLength) ? len : kMaxInsnLength;
   for (;;) {
-    const DecodeError err = Need(i + 1, len);
-    if (err != DecodeError::kOk) return FailFetch(err, len);
+    if (i >= limit) {
+      return i >= static_cast<size_t>(kMaxInsnLength)
+                 ? Fail(DecodeError::kTooLong, i)
+                 : Fail(DecodeError::kTruncated, i);
+    }
     const uint8_t b = bytes[i];
     const uint8_t cls = kPrefixTable[b];
     if (cls == kNotPrefix) break;
@@ -188,6 +232,20 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
 
   // Phase 2: opcode (and its immediate or ModRM).
   const uint8_t op = bytes[i++];
+  // Fast path for the bulk of traps (RDMSR, WRMSR, CPUID, RDTSC, ...): a
+  // table lookup instead of two switches, whose indirect jumps mispredict on
+  // a mixed trap stream.
+  if (op == 0x0F && i < limit) {
+    const uint8_t simple = kSimpleTwoByte[bytes[i]];
+    if (simple != 0) {
+      if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
+      insn.kind = static_cast<InsnKind>(simple - 1);
+      insn.length = static_cast<uint8_t>(i + 1);
+      DecodeResult r;
+      r.insn = insn;
+      return r;
+    }
+  }
   bool needs_np = false;  // the SDM marks it NP: 66/F2/F3 make it #UD
   switch (op) {
     case 0xE4: case 0xE5: case 0xE6: case 0xE7: {
@@ -287,9 +345,10 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
               return Fail(DecodeError::kNotPrivileged, opcode_at);
             }
             insn.memory_operand = true;
+            insn.modrm = modrm;
             size_t end = 0;
-            const DecodeError e3 = MemoryOperandEnd(bytes, len, modrm_at, modrm,
-                                                    address_size, &end);
+            const DecodeError e3 =
+                MemoryOperand(bytes, len, modrm_at, address_size, &insn, &end);
             if (e3 != DecodeError::kOk) return FailFetch(e3, len);
             i = end;
           }

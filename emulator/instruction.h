@@ -74,6 +74,12 @@ struct Instruction {
   // MOV CR/DR and register-form LMSW: the general register (0=RAX..15=R15).
   uint8_t gpr = 0;
   bool memory_operand = false;  // LMSW/INVLPG with a memory operand
+  // Memory forms: the raw ModRM and SIB bytes (sib 0 when absent) and the
+  // sign-extended displacement, so the hypervisor can form the address
+  // without decoding again.
+  uint8_t modrm = 0;
+  uint8_t sib = 0;
+  int32_t displacement = 0;
 
   bool rep() const { return (prefixes & (kPrefixRep | kPrefixRepne)) != 0; }
 };

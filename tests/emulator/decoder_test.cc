@@ -310,6 +310,27 @@ TEST(DecoderTest, LmswRegisterFormRecordsTheRegister) {
   EXPECT_TRUE(m.insn.memory_operand);
 }
 
+TEST(DecoderTest, MemoryFormsRecordModrmSibAndSignExtendedDisplacement) {
+  DecodeResult r = D("0f01bc24 f0ffffff", Mode::k64);  // invlpg [rsp-16]
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.insn.modrm, 0xbc);
+  EXPECT_EQ(r.insn.sib, 0x24);
+  EXPECT_EQ(r.insn.displacement, -16);
+  r = D("0f017e 80", Mode::kReal);  // invlpg [bp-128]
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.insn.displacement, -128);
+  EXPECT_EQ(r.insn.sib, 0);
+  r = D("0f013e 3412", Mode::k16);  // invlpg [0x1234]
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.insn.displacement, 0x1234);
+  r = D("0f013d 78563412", Mode::k64);  // invlpg [rip+0x12345678]
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.insn.displacement, 0x12345678);
+  r = D("0f0138", Mode::k64);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.insn.displacement, 0);
+}
+
 TEST(DecoderTest, RegisterFormsOf0f01Slash7AreOtherInstructions) {
   EXPECT_EQ(D("0f01f8", Mode::k64).insn.kind, InsnKind::kSwapgs);
   EXPECT_EQ(D("0f01f9", Mode::k64).insn.kind, InsnKind::kRdtscp);
