@@ -1,0 +1,244 @@
+// Offline commands on the libraries: validate, explain, emulate.
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/cli.h"
+#include "client/commands.h"
+#include "client/flags.h"
+#include "client/hex.h"
+#include "client/offline.h"
+#include "emulator/decoder.h"
+#include "emulator/trap_convert.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "policy/catalog.h"
+#include "policy/explain.h"
+#include "policy/loader.h"
+#include "policy/vendor.h"
+#include "pvemu/status_macros.h"
+#include "pvemu/v1/service.grpc.pb.h"
+
+namespace pvemu::client {
+namespace {
+
+void PrintExplanation(const v1::ExplainResponse& e) {
+  if (JsonOutput()) {
+    JsonLine rule;
+    rule.Str("layer", e.layer()).Str("source", e.source());
+    JsonLine line;
+    line.Num("domain", e.domain()).Hex("msr", e.msr());
+    if (!e.name().empty()) line.Str("name", e.name());
+    line.Str("access", e.access()).Str("action", e.action());
+    if (e.has_value()) line.Hex("value", e.value());
+    line.Obj("rule", rule);
+    if (!e.detail().empty()) line.Str("detail", e.detail());
+    line.Print();
+    return;
+  }
+  std::printf("domain %u %s msr 0x%x%s: %s%s\n  decided by %s%s%s\n", e.domain(),
+              e.access().c_str(), e.msr(),
+              e.name().empty() ? "" : absl::StrCat(" (", e.name(), ")").c_str(),
+              e.action().c_str(),
+              e.has_value() ? absl::StrCat(" value ", HexString(e.value())).c_str() : "",
+              e.layer().c_str(), e.source().empty() ? "" : absl::StrCat(" rule at ", e.source()).c_str(),
+              e.detail().empty() ? "" : absl::StrCat("\n  ", e.detail()).c_str());
+}
+
+absl::Status Explain() {
+  std::string domain_flag = absl::GetFlag(FLAGS_domain);
+  std::string msr_flag = absl::GetFlag(FLAGS_msr);
+  if (domain_flag.empty() || msr_flag.empty()) {
+    return absl::InvalidArgumentError("explain needs --domain=N and --msr=MSR");
+  }
+  ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(domain_flag, "--domain"));
+  ASSIGN_OR_RETURN(uint32_t msr, ParseMsrArg(msr_flag, "--msr"));
+  std::optional<uint64_t> write;
+  if (std::string w = absl::GetFlag(FLAGS_write); !w.empty()) {
+    ASSIGN_OR_RETURN(write, ParseNumber(w, "--write"));
+  }
+  v1::ExplainResponse response;
+  if (!absl::GetFlag(FLAGS_server).empty()) {
+    // The daemon's live policy.
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
+    auto stub = v1::PolicyService::NewStub(channel);
+    v1::ExplainRequest request;
+    request.set_domain(domain);
+    request.set_msr(msr_flag);
+    if (write.has_value()) request.set_write_value(*write);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status status = stub->Explain(&context, request, &response);
+    if (!status.ok()) {
+      return absl::Status(status.error_code() == grpc::StatusCode::UNAVAILABLE
+                              ? absl::StatusCode::kUnavailable
+                              : static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat(status.error_code() == grpc::StatusCode::UNAVAILABLE
+                                           ? absl::StrCat("cannot reach pvemud at ",
+                                                          ServerAddress(), ": ")
+                                           : "",
+                                       status.error_message()));
+    }
+    PrintExplanation(response);
+    return absl::OkStatus();
+  }
+  v1::Vendor vendor;
+  if (std::string v = absl::GetFlag(FLAGS_host_vendor); !v.empty()) {
+    ASSIGN_OR_RETURN(vendor, policy::ParseVendor(v));
+  } else {
+    ASSIGN_OR_RETURN(auto host, HostFromFlags());
+    vendor = host->vendor();
+  }
+  ASSIGN_OR_RETURN(auto store, StoreFromFlags(vendor));
+  policy::Explanation e = policy::ExplainMsr(*store->Current(), domain, msr, write);
+  response.set_domain(e.domain);
+  response.set_msr(e.msr);
+  response.set_name(e.name);
+  response.set_access(e.access());
+  response.set_action(e.action);
+  if (e.value.has_value()) response.set_value(*e.value);
+  response.set_layer(e.layer);
+  response.set_source(e.source);
+  response.set_detail(e.detail);
+  PrintExplanation(response);
+  return absl::OkStatus();
+}
+
+absl::Status Emulate() {
+  std::string bytes_flag = absl::GetFlag(FLAGS_bytes);
+  std::string domain_flag = absl::GetFlag(FLAGS_domain);
+  if (bytes_flag.empty() || domain_flag.empty()) {
+    return absl::InvalidArgumentError("emulate needs --domain=N and --bytes=HEX");
+  }
+  v1::Trap msg;
+  ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(domain_flag, "--domain"));
+  msg.set_domain(domain);
+  ASSIGN_OR_RETURN(uint32_t vcpu, ParseNumber32(absl::GetFlag(FLAGS_vcpu), "--vcpu"));
+  msg.set_vcpu(vcpu);
+  ASSIGN_OR_RETURN(uint32_t cpl, ParseNumber32(absl::GetFlag(FLAGS_cpl), "--cpl"));
+  msg.set_cpl(cpl);
+  ASSIGN_OR_RETURN(emulator::Mode mode, ParseModeFlag());
+  msg.set_mode(emulator::ModeToProto(mode));
+  ASSIGN_OR_RETURN(std::string bytes, ParseHexBytes(bytes_flag));
+  msg.set_insn(bytes);
+  v1::Registers* regs = msg.mutable_regs();
+  struct RegFlag {
+    const absl::Flag<std::string>* flag;
+    void (v1::Registers::*set)(uint64_t);
+    const char* name;
+  };
+  const RegFlag reg_flags[] = {
+      {&FLAGS_rax, &v1::Registers::set_rax, "--rax"},
+      {&FLAGS_rbx, &v1::Registers::set_rbx, "--rbx"},
+      {&FLAGS_rcx, &v1::Registers::set_rcx, "--rcx"},
+      {&FLAGS_rdx, &v1::Registers::set_rdx, "--rdx"},
+      {&FLAGS_rsi, &v1::Registers::set_rsi, "--rsi"},
+      {&FLAGS_rdi, &v1::Registers::set_rdi, "--rdi"},
+      {&FLAGS_rip, &v1::Registers::set_rip, "--rip"},
+      {&FLAGS_rflags, &v1::Registers::set_rflags, "--rflags"},
+  };
+  for (const RegFlag& r : reg_flags) {
+    std::string text = absl::GetFlag(*r.flag);
+    // --rcx also takes an MSR name, the common case for RDMSR/WRMSR.
+    absl::StatusOr<uint64_t> v = ParseNumber(text, r.name);
+    if (!v.ok() && r.flag == &FLAGS_rcx) {
+      absl::StatusOr<uint32_t> msr = policy::ParseMsr(text);
+      if (msr.ok()) v = *msr;
+    }
+    if (!v.ok()) return v.status();
+    (regs->*r.set)(*v);
+  }
+  ASSIGN_OR_RETURN(uint64_t tsc, ParseNumber(absl::GetFlag(FLAGS_host_tsc), "--host-tsc"));
+  msg.set_host_tsc(tsc);
+  ASSIGN_OR_RETURN(emulator::Trap trap, emulator::TrapFromProto(msg));
+
+  ASSIGN_OR_RETURN(Offline offline, OfflineFromFlags());
+  auto session = offline.dispatcher->NewSession();
+  emulator::Instruction insn;
+  emulator::DecodeError error;
+  emulator::Outcome outcome = session->Handle(trap, &insn, &error);
+  v1::Outcome out;
+  server::FillOutcome(trap, outcome, insn, error, session->generation(), &out);
+
+  if (JsonOutput()) {
+    JsonLine line;
+    line.Str("outcome", v1::Outcome::Kind_Name(out.kind()));
+    if (out.has_instruction()) {
+      line.Str("mnemonic", out.instruction().mnemonic());
+    } else {
+      line.Null("mnemonic");
+    }
+    if (out.kind() == v1::Outcome::EXCEPTION) {
+      JsonLine exc;
+      exc.Str("vector", v1::Vector_Name(out.exception().vector()));
+      if (out.exception().has_error_code()) {
+        exc.Num("error_code", out.exception().error_code());
+      } else {
+        exc.Null("error_code");
+      }
+      line.Obj("exception", exc);
+    } else {
+      line.Null("exception");
+    }
+    JsonLine r;
+    const v1::Registers& o = out.regs();
+    r.Hex("rax", o.rax()).Hex("rbx", o.rbx()).Hex("rcx", o.rcx()).Hex("rdx", o.rdx());
+    r.Hex("rsi", o.rsi()).Hex("rdi", o.rdi()).Hex("rip", o.rip()).Hex("rflags", o.rflags());
+    line.Obj("regs", r);
+    line.Str("detail", out.detail());
+    line.Print();
+  } else {
+    const v1::Registers& o = out.regs();
+    std::printf("%s\n  %s\n  rax=%s rcx=%s rdx=%s rip=%s\n",
+                v1::Outcome::Kind_Name(out.kind()).c_str(), out.detail().c_str(),
+                HexString(o.rax()).c_str(), HexString(o.rcx()).c_str(),
+                HexString(o.rdx()).c_str(), HexString(o.rip()).c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunValidate(const Args& args) {
+  if (args.empty()) return UsageError("validate needs FILE...");
+  bool all_valid = true;
+  for (const std::string& file : args) {
+    absl::StatusOr<policy::LoadedPolicy> loaded = policy::LoadPolicyFile(file);
+    all_valid &= loaded.ok();
+    if (JsonOutput()) {
+      JsonLine line;
+      line.Str("file", file).Bool("valid", loaded.ok());
+      if (!loaded.ok()) line.Str("errors", loaded.status().message());
+      line.Print();
+    } else if (loaded.ok()) {
+      std::printf("%s: ok\n", file.c_str());
+    }
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
+    }
+  }
+  return all_valid ? kExitOk : kExitInvalid;
+}
+
+int RunExplain(const Args& args) {
+  if (!args.empty()) return UsageError("explain takes flags only (--domain, --msr, ...)");
+  if (absl::GetFlag(FLAGS_domain).empty() || absl::GetFlag(FLAGS_msr).empty()) {
+    return UsageError("explain needs --domain=N and --msr=MSR");
+  }
+  absl::Status status = Explain();
+  return status.ok() ? kExitOk : Fail(status);
+}
+
+int RunEmulate(const Args& args) {
+  if (!args.empty()) return UsageError("emulate takes flags only (--domain, --bytes, ...)");
+  if (absl::GetFlag(FLAGS_domain).empty() || absl::GetFlag(FLAGS_bytes).empty()) {
+    return UsageError("emulate needs --domain=N and --bytes=HEX");
+  }
+  absl::Status status = Emulate();
+  return status.ok() ? kExitOk : Fail(status);
+}
+
+}  // namespace pvemu::client

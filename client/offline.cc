@@ -1,0 +1,65 @@
+#include "client/offline.h"
+
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/flags.h"
+#include "policy/loader.h"
+#include "policy/shipped.h"
+#include "pvemu/status_macros.h"
+#include "pvemu/textproto.h"
+#include "server/hosts/sim_host.h"
+
+namespace pvemu::client {
+
+absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
+  std::string name = absl::GetFlag(FLAGS_host);
+  if (name.empty()) name = "intel-xeon-e-2136";
+  v1::HostProfile profile;
+  std::string source = name;
+  absl::string_view shipped = policy::ShippedProfile(name);
+  if (!shipped.empty()) {
+    source = absl::StrCat(name, ".textproto");
+    RETURN_IF_ERROR(ParseTextProto(shipped, source, &profile));
+  } else if (std::filesystem::exists(name)) {
+    RETURN_IF_ERROR(ParseTextProtoFile(name, &profile));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host=", name, ": neither a file nor a shipped profile (",
+        absl::StrJoin(policy::ShippedProfileNames(), ", "), ")"));
+  }
+  ASSIGN_OR_RETURN(auto host, server::SimHost::Create(profile, source));
+  return std::unique_ptr<emulator::Host>(std::move(host));
+}
+
+absl::StatusOr<std::unique_ptr<policy::Store>> StoreFromFlags(v1::Vendor vendor) {
+  std::string name = absl::GetFlag(FLAGS_policy);
+  if (name.empty()) name = "default";
+  absl::StatusOr<policy::LoadedPolicy> loaded;
+  absl::string_view shipped = policy::ShippedPolicy(name);
+  if (!std::filesystem::exists(name) && !shipped.empty()) {
+    loaded = policy::ParsePolicy(shipped, absl::StrCat(name, ".textproto"));
+  } else if (std::filesystem::exists(name)) {
+    loaded = policy::LoadPolicyFile(name);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--policy=", name, ": neither a file nor a shipped policy (",
+        absl::StrJoin(policy::ShippedPolicyNames(), ", "), ")"));
+  }
+  if (!loaded.ok()) return loaded.status();
+  return policy::Store::FromPolicy(loaded->policy, loaded->source, vendor);
+}
+
+absl::StatusOr<Offline> OfflineFromFlags() {
+  Offline o;
+  ASSIGN_OR_RETURN(o.host, HostFromFlags());
+  ASSIGN_OR_RETURN(o.store, StoreFromFlags(o.host->vendor()));
+  // As pvemud by default: PASSTHROUGH writes do not reach the host.
+  server::DispatchOptions options;
+  o.dispatcher = std::make_unique<server::Dispatcher>(*o.store, *o.host, nullptr, options);
+  return o;
+}
+
+}  // namespace pvemu::client

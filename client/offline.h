@@ -1,0 +1,33 @@
+// The in-process world of the offline commands (explain, emulate, replay):
+// a sim host from --host, a policy store from --policy, and the same
+// dispatcher pvemud uses.
+#ifndef PVEMU_CLIENT_OFFLINE_H_
+#define PVEMU_CLIENT_OFFLINE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "emulator/host.h"
+#include "policy/store.h"
+#include "server/dispatch.h"
+
+namespace pvemu::client {
+
+struct Offline {
+  std::unique_ptr<emulator::Host> host;
+  std::unique_ptr<policy::Store> store;
+  std::unique_ptr<server::Dispatcher> dispatcher;
+};
+
+// --host: a shipped profile name (default intel-xeon-e-2136) or a file.
+absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags();
+
+// --policy: a file, or a shipped policy name (default, xen-pre-4.15,
+// kvm-ignore-msrs); "" is the shipped default. Compiled for `vendor`.
+absl::StatusOr<std::unique_ptr<policy::Store>> StoreFromFlags(v1::Vendor vendor);
+
+absl::StatusOr<Offline> OfflineFromFlags();
+
+}  // namespace pvemu::client
+
+#endif  // PVEMU_CLIENT_OFFLINE_H_
