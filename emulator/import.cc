@@ -39,6 +39,9 @@
 //   kvm_msr:   "msr_%s %x = 0x%llx%s"  (read|write, " (#GP)" on a fault)
 //   kvm_cpuid: "func %x idx %x rax %lx rbx %lx rcx %lx rdx %lx, cpuid entry
 //              %s%s" (older: no idx; newer suffixes accepted)
+//   kvm_pio:   "pio_%s at 0x%x size %d count %d val 0x%x %s" (IN/OUT with the
+//              port in DX; count > 1 is a string instruction, not imported;
+//              older kernels print no val)
 //   kvm_exit:  "vcpu %u reason %s rip 0x%lx info1 ..." (older: no vcpu)
 #include "emulator/import.h"
 
@@ -635,6 +638,7 @@ struct FtraceTask {
   bool pending = false;
   bool pending_msr = false;    // exit reason names an MSR access
   bool pending_cpuid = false;  // exit reason is CPUID
+  bool pending_io = false;     // exit reason is an I/O instruction
   bool pending_has_rip = false;
   uint64_t pending_rip = 0;
 };
@@ -757,7 +761,7 @@ class FtraceParser {
   absl::flat_hash_map<uint32_t, FtraceTask> tasks_;
 };
 
-enum class Event { kNone, kMsr, kCpuid, kExit, kEntry };
+enum class Event { kNone, kMsr, kCpuid, kPio, kExit, kEntry };
 
 // Locates the event name ("kvm_msr:", perf's "kvm:kvm_msr:") that follows the
 // header columns.
@@ -768,6 +772,7 @@ Event FindEvent(absl::string_view line, size_t* start, size_t* body) {
   } kEvents[] = {{"kvm_msr:", Event::kMsr},
                  {"kvm_cpuid:", Event::kCpuid},
                  {"kvm_exit:", Event::kExit},
+                 {"kvm_pio:", Event::kPio},
                  {"kvm_entry:", Event::kEntry}};
   Event best = Event::kNone;
   size_t best_pos = absl::string_view::npos;
@@ -792,6 +797,51 @@ Event FindEvent(absl::string_view line, size_t* start, size_t* body) {
   absl::string_view head = line.substr(0, best_pos);
   if (absl::EndsWith(head, "kvm:")) *start = best_pos - 4;
   return best;
+}
+
+// kvm_pio: an IN or OUT with the port in DX ("in al, dx" = ec, "in ax, dx" =
+// 66 ed, "in eax, dx" = ed; OUT: ee / 66 ef / ef). The trace does not say
+// whether the guest used the imm8 form; the DX form carries the same access.
+Verdict ParsePio(absl::string_view body, const Context& ctx, v1::TrapRecord* rec,
+                 std::string* why) {
+  absl::string_view rest = body;
+  bool write;
+  if (absl::ConsumePrefix(&rest, "pio_read")) {
+    write = false;
+  } else if (absl::ConsumePrefix(&rest, "pio_write")) {
+    write = true;
+  } else {
+    *why = "kvm_pio: expected pio_read or pio_write";
+    return Verdict::kMalformed;
+  }
+  uint64_t port, value = 0;
+  uint32_t size, count;
+  SkipSpaces(&rest);
+  if (!absl::ConsumePrefix(&rest, "at") || (SkipSpaces(&rest), !ConsumeHex(&rest, &port)) ||
+      port > 0xffff || !FieldDec(rest, "size", &size) ||
+      !FieldDec(rest, "count", &count)) {
+    *why = "kvm_pio: expected \"at 0xPORT size N count N\"";
+    return Verdict::kMalformed;
+  }
+  if (size != 1 && size != 2 && size != 4) {
+    *why = "kvm_pio: size must be 1, 2 or 4";
+    return Verdict::kMalformed;
+  }
+  if (count != 1) return Verdict::kSkip;  // INS/OUTS: one event per string op
+  const bool has_value = FieldHex(rest, "val", &value);
+  std::string insn;
+  if (size == 2) insn += '\x66';
+  insn += static_cast<char>((write ? 0xee : 0xec) | (size == 1 ? 0 : 1));
+  InitTrap(ctx, insn, rec);
+  v1::Registers* r = rec->mutable_trap()->mutable_regs();
+  r->set_rdx(port);
+  rec->mutable_expect()->set_kind(v1::Outcome::COMPLETED);
+  if (write) {
+    r->set_rax(value);
+  } else if (has_value) {
+    rec->mutable_expect()->set_value(value);
+  }
+  return Verdict::kTrap;
 }
 
 Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
@@ -819,6 +869,8 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
         task.pending = true;
         task.pending_msr = absl::StrContains(r, "msr");
         task.pending_cpuid = absl::StrContains(r, "cpuid");
+        // VMX "IO_INSTRUCTION", SVM "io" (not "exception_nmi").
+        task.pending_io = absl::StartsWith(r, "io");
         uint64_t rip;
         task.pending_has_rip = FieldHex(body, "rip", &rip);
         task.pending_rip = task.pending_has_rip ? rip : 0;
@@ -831,12 +883,14 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
   ctx.domain = hdr.has_tgid ? hdr.tgid : pid;
   if (hdr.has_comm_vcpu) ctx.vcpu = hdr.comm_vcpu;
   // The exit that caused this event: same task, reason of the same kind.
-  auto attach = [&](bool cpuid) {
+  auto attach = [&](Event kind) {
     auto it = tasks_.find(pid);
     if (it == tasks_.end()) return;
     FtraceTask& task = it->second;
     if (task.has_vcpu) ctx.vcpu = task.vcpu;
-    bool matches = cpuid ? task.pending_cpuid : task.pending_msr;
+    bool matches = kind == Event::kCpuid ? task.pending_cpuid
+                   : kind == Event::kPio ? task.pending_io
+                                         : task.pending_msr;
     if (task.pending && matches && task.pending_has_rip) {
       ctx.has_rip = true;
       ctx.rip = task.pending_rip;
@@ -868,7 +922,7 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
       return Verdict::kMalformed;
     }
     bool gp = absl::StrContains(rest, "#GP");
-    attach(/*cpuid=*/false);
+    attach(Event::kMsr);
     if (write) {
       MakeWrmsr(ctx, msr, value, rec);
     } else {
@@ -884,6 +938,11 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
     return Verdict::kTrap;
   }
 
+  if (event == Event::kPio) {
+    attach(Event::kPio);
+    return ParsePio(body, ctx, rec, why);
+  }
+
   // kvm_cpuid
   uint64_t func, idx = 0, rax, rbx, rcx, rdx;
   if (!FieldHex(body, "func", &func) || func > 0xffffffffu) {
@@ -896,7 +955,7 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
     *why = "kvm_cpuid: missing one of rax/rbx/rcx/rdx";
     return Verdict::kMalformed;
   }
-  attach(/*cpuid=*/true);
+  attach(Event::kCpuid);
   MakeCpuid(ctx, static_cast<uint32_t>(func), static_cast<uint32_t>(idx), rec);
   v1::Expectation* e = rec->mutable_expect();
   e->set_kind(v1::Outcome::COMPLETED);
@@ -911,6 +970,7 @@ bool LooksLikeFtrace(absl::string_view line) {
   return absl::StrContains(line, "kvm_msr:") ||
          absl::StrContains(line, "kvm_cpuid:") ||
          absl::StrContains(line, "kvm_exit:") ||
+         absl::StrContains(line, "kvm_pio:") ||
          absl::StrContains(line, "kvm_entry:");
 }
 

@@ -12,14 +12,16 @@
 //   xen-console  Xen's console ("xl dmesg", serial): "(XEN) FILE:LINE:dDvV
 //                RDMSR 0x%08x unimplemented", "faking RDMSR", "Domain
 //                attempted WRMSR ... from ... to ...", ...
-//   ftrace       ftrace / trace-cmd report / perf script text: kvm_msr and
-//                kvm_cpuid events, with kvm_exit giving vCPU and RIP.
+//   ftrace       ftrace / trace-cmd report / perf script text: kvm_msr,
+//                kvm_cpuid and kvm_pio (single IN/OUT) events, with kvm_exit
+//                giving vCPU and RIP.
 //   auto         decides per line, so one file may mix them (a journal).
 //
 // What a record holds: trap.insn = the instruction (RDMSR 0f 32, WRMSR 0f 30,
-// CPUID 0f a2); mode MODE_64 and cpl 0 (logs do not say); regs.rcx = the MSR
-// (WRMSR: rax/rdx = the value's low/high halves; CPUID: rax/rcx = leaf and
-// subleaf); regs.rip when the line gives it. trap.domain = the Xen domain id;
+// CPUID 0f a2, IN/OUT with the port in DX: ec/66 ed/ed, ee/66 ef/ef); mode
+// MODE_64 and cpl 0 (logs do not say); regs.rcx = the MSR (WRMSR: rax/rdx =
+// the value's low/high halves; CPUID: rax/rcx = leaf and subleaf; IN/OUT:
+// rdx = the port, OUT: rax = the value); regs.rip when the line gives it. trap.domain = the Xen domain id;
 // for KVM, which has no domain ids, the QEMU process id stands in for the
 // domain (kvm [PID]; for ftrace the TGID when the trace has it, else the
 // thread id of the task-pid field). source = "NAME:LINE", note = the line.

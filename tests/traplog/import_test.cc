@@ -493,6 +493,36 @@ TEST(FtraceImportTest, HeadersSkippedMalformedReported) {
             "ftrace: kvm_cpuid: missing one of rax/rbx/rcx/rdx");
 }
 
+TEST(FtraceImportTest, PortIo) {
+  Imported got = Import(
+      "CPU 0/KVM-5 [000] d.... 1.0: kvm_exit: vcpu 0 reason IO_INSTRUCTION rip "
+      "0xffffffff8100abcd info1 0x0000000000700048 info2 0x0 intr_info 0x0 "
+      "error_code 0x0\n"
+      "CPU 0/KVM-5 [000] ..... 1.1: kvm_pio: pio_read at 0x71 size 1 count 1 val 0x26 \n"
+      "CPU 0/KVM-5 [000] ..... 1.2: kvm_pio: pio_write at 0xcf8 size 4 count 1 val 0x80000000 \n"
+      "CPU 0/KVM-5 [000] ..... 1.3: kvm_pio: pio_read at 0x1f0 size 2 count 256 val 0x0 (...)\n"
+      "CPU 0/KVM-5 [000] ..... 1.4: kvm_pio: pio_read at 0x60 size 2 count 1\n"
+      "CPU 0/KVM-5 [000] ..... 1.5: kvm_pio: pio_read at 0x60 size 3 count 1 val 0x0\n");
+  ASSERT_EQ(got.records.size(), 3u);
+  EXPECT_EQ(got.stats.skipped, 2);  // the exit and the string operation
+  EXPECT_EQ(got.stats.malformed, 1);
+  const v1::TrapRecord& in = got.records[0];
+  EXPECT_EQ(in.trap().insn(), "\xec");
+  EXPECT_EQ(in.trap().regs().rdx(), 0x71u);
+  EXPECT_EQ(in.trap().regs().rip(), 0xffffffff8100abcdull);
+  ExpectReadValue(in, 0x26);
+  const v1::TrapRecord& out = got.records[1];
+  EXPECT_EQ(out.trap().insn(), "\xef");
+  EXPECT_EQ(out.trap().regs().rdx(), 0xcf8u);
+  EXPECT_EQ(out.trap().regs().rax(), 0x80000000u);
+  ExpectCompleted(out);
+  EXPECT_FALSE(out.expect().has_value());
+  const v1::TrapRecord& old = got.records[2];  // no val: nothing to compare
+  EXPECT_EQ(old.trap().insn(), "\x66\xed");
+  ExpectCompleted(old);
+  EXPECT_FALSE(old.expect().has_value());
+}
+
 // ---------------------------------------------------------------------------
 // The driver
 
