@@ -29,7 +29,8 @@
 //     only by the Hyper-V code, which returns 1 (#GP).
 //   "... N callbacks suppressed" (printk rate limiting) is not a trap.
 // Xen, xen/arch/x86/pv/emul-priv-op.c, hvm/{hvm,vmx/vmx,svm/svm}.c, traps.c:
-//   gdprintk(fmt) = "%s:%d:%pv " fmt (older "%s:%d:d%d " fmt); gprintk = "%pv ".
+//   gdprintk(fmt) = "%s:%d:%pv " fmt (older "%s:%d:d%d " fmt);
+//   gprintk(fmt) = "%pv " fmt; %pv prints "d0v6", or "d[IDLE]v0" for Xen.
 //   "RDMSR 0x%08x unimplemented", "WRMSR 0x%08x val 0x%016lx unimplemented"
 //     (#GP), "faking RDMSR 0x%08x" (read as 0),
 //   "Domain attempted WRMSR %p from %08x:%08x to %08x:%08x." (3.x/4.0),
@@ -93,8 +94,12 @@ enum class Verdict { kSkip, kTrap, kMalformed };
 // Tokenising helpers. All take the remaining text by pointer and advance it
 // only on success.
 
-bool IsHexDigit(char c) { return absl::ascii_isxdigit(static_cast<unsigned char>(c)); }
-bool IsDigit(char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); }
+bool IsHexDigit(char c) {
+  return absl::ascii_isxdigit(static_cast<unsigned char>(c));
+}
+bool IsDigit(char c) {
+  return absl::ascii_isdigit(static_cast<unsigned char>(c));
+}
 bool IsWordChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
 }
@@ -142,7 +147,8 @@ bool ConsumeDec(absl::string_view* s, uint64_t* value) {
   while (n < s->size() && IsDigit((*s)[n])) ++n;
   if (n == 0 || n > 18) return false;
   uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v = v * 10 + static_cast<uint64_t>((*s)[i] - '0');
+  for (size_t i = 0; i < n; ++i)
+    v = v * 10 + static_cast<uint64_t>((*s)[i] - '0');
   *value = v;
   s->remove_prefix(n);
   return true;
@@ -291,7 +297,7 @@ struct KvmMessage {
   absl::string_view anchor;  // the fixed words just before the MSR
   Access access;
   Result result;
-  uint32_t fixed_msr;        // nonzero: the message names no MSR number
+  uint32_t fixed_msr;  // nonzero: the message names no MSR number
 };
 
 // Longer anchors first where one contains another.
@@ -463,8 +469,9 @@ DomainSpec XenDomain(absl::string_view before, Context* ctx) {
     spec = tok.substr(colon + 1);
     if (!spec.empty() && spec[0] == 'v' && colon > 0) {
       size_t prev = tok.rfind(':', colon - 1);
-      absl::string_view d = tok.substr(prev == absl::string_view::npos ? 0 : prev + 1,
-                                       colon - (prev == absl::string_view::npos ? 0 : prev + 1));
+      absl::string_view d =
+          tok.substr(prev == absl::string_view::npos ? 0 : prev + 1,
+                     colon - (prev == absl::string_view::npos ? 0 : prev + 1));
       if (!d.empty() && d[0] == 'd') {
         uint32_t dom, vcpu;
         absl::string_view dd = d.substr(1), vv = spec.substr(1);
@@ -498,7 +505,8 @@ bool ConsumeXenValue(absl::string_view* s, uint64_t* value) {
   uint64_t hi, lo;
   if (!ConsumeHex(&t, &hi)) return false;
   if (absl::ConsumePrefix(&t, ":")) {
-    if (hi > 0xffffffffu || !ConsumeHex(&t, &lo) || lo > 0xffffffffu) return false;
+    if (hi > 0xffffffffu || !ConsumeHex(&t, &lo) || lo > 0xffffffffu)
+      return false;
     *value = (hi << 32) | lo;
   } else {
     *value = hi;
@@ -538,8 +546,13 @@ Verdict ParseXenLine(absl::string_view line, v1::TrapRecord* rec,
     return Verdict::kTrap;
   }
 
-  enum class Kind { kRdmsrUnimpl, kWrmsrUnimpl, kFaking, kAttemptedWrmsr,
-                    kAttemptedRdmsr };
+  enum class Kind {
+    kRdmsrUnimpl,
+    kWrmsrUnimpl,
+    kFaking,
+    kAttemptedWrmsr,
+    kAttemptedRdmsr
+  };
   Kind kind;
   absl::string_view what;
   if (After(body, "faking RDMSR", &rest, &at)) {
@@ -624,7 +637,8 @@ bool LooksLikeXen(absl::string_view line) {
   return absl::StrContains(line, "domain attempted") ||
          absl::StrContains(line, "Domain attempted") ||
          absl::StrContains(line, "faking RDMSR") ||
-         ((absl::StrContains(line, "RDMSR ") || absl::StrContains(line, "WRMSR ")) &&
+         ((absl::StrContains(line, "RDMSR ") ||
+           absl::StrContains(line, "WRMSR ")) &&
           absl::StrContains(line, "unimplemented"));
 }
 
@@ -659,8 +673,8 @@ FtraceHeader ParseFtraceHeader(absl::string_view h) {
   h = absl::StripAsciiWhitespace(h);
   // Drop the timestamp "1404.389509:" (the last token).
   size_t sp = h.find_last_of(" \t");
-  absl::string_view task = sp == absl::string_view::npos ? absl::string_view()
-                                                         : h.substr(0, sp);
+  absl::string_view task =
+      sp == absl::string_view::npos ? absl::string_view() : h.substr(0, sp);
   // Cut at the "[CPU]" column when there is one.
   for (size_t lb = task.rfind('['); lb != absl::string_view::npos;
        lb = lb == 0 ? absl::string_view::npos : task.rfind('[', lb - 1)) {
@@ -676,8 +690,8 @@ FtraceHeader ParseFtraceHeader(absl::string_view h) {
   if (absl::EndsWith(task, ")")) {
     size_t lp = task.rfind('(');
     if (lp != absl::string_view::npos) {
-      absl::string_view t = absl::StripAsciiWhitespace(
-          task.substr(lp + 1, task.size() - lp - 2));
+      absl::string_view t =
+          absl::StripAsciiWhitespace(task.substr(lp + 1, task.size() - lp - 2));
       uint32_t n;
       if (ConsumeDec32(&t, &n) && t.empty()) {
         out.has_tgid = true;
@@ -754,7 +768,8 @@ class FtraceParser {
 
  private:
   FtraceTask& Task(uint32_t pid) {
-    if (tasks_.size() >= kMaxFtraceTasks && !tasks_.contains(pid)) tasks_.clear();
+    if (tasks_.size() >= kMaxFtraceTasks && !tasks_.contains(pid))
+      tasks_.clear();
     return tasks_[pid];
   }
 
@@ -802,8 +817,8 @@ Event FindEvent(absl::string_view line, size_t* start, size_t* body) {
 // kvm_pio: an IN or OUT with the port in DX ("in al, dx" = ec, "in ax, dx" =
 // 66 ed, "in eax, dx" = ed; OUT: ee / 66 ef / ef). The trace does not say
 // whether the guest used the imm8 form; the DX form carries the same access.
-Verdict ParsePio(absl::string_view body, const Context& ctx, v1::TrapRecord* rec,
-                 std::string* why) {
+Verdict ParsePio(absl::string_view body, const Context& ctx,
+                 v1::TrapRecord* rec, std::string* why) {
   absl::string_view rest = body;
   bool write;
   if (absl::ConsumePrefix(&rest, "pio_read")) {
@@ -817,9 +832,9 @@ Verdict ParsePio(absl::string_view body, const Context& ctx, v1::TrapRecord* rec
   uint64_t port, value = 0;
   uint32_t size, count;
   SkipSpaces(&rest);
-  if (!absl::ConsumePrefix(&rest, "at") || (SkipSpaces(&rest), !ConsumeHex(&rest, &port)) ||
-      port > 0xffff || !FieldDec(rest, "size", &size) ||
-      !FieldDec(rest, "count", &count)) {
+  if (!absl::ConsumePrefix(&rest, "at") ||
+      (SkipSpaces(&rest), !ConsumeHex(&rest, &port)) || port > 0xffff ||
+      !FieldDec(rest, "size", &size) || !FieldDec(rest, "count", &count)) {
     *why = "kvm_pio: expected \"at 0xPORT size N count N\"";
     return Verdict::kMalformed;
   }
@@ -917,7 +932,8 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
       return Verdict::kMalformed;
     }
     SkipSpaces(&rest);
-    if (!absl::ConsumePrefix(&rest, "=") || (SkipSpaces(&rest), !ConsumeHex(&rest, &value))) {
+    if (!absl::ConsumePrefix(&rest, "=") ||
+        (SkipSpaces(&rest), !ConsumeHex(&rest, &value))) {
       *why = "kvm_msr: missing \"= 0xVALUE\"";
       return Verdict::kMalformed;
     }
@@ -984,7 +1000,8 @@ class Importer {
   Importer(Mode mode, absl::string_view source_name, const TrapSink& sink)
       : mode_(mode), source_(CleanText(source_name, 1024)), sink_(sink) {}
 
-  absl::Status Line(absl::string_view raw, int64_t line_no, ImportStats* stats) {
+  absl::Status Line(absl::string_view raw, int64_t line_no,
+                    ImportStats* stats) {
     ++stats->lines;
     absl::string_view line = absl::StripAsciiWhitespace(raw);
     // '#' starts ftrace/trace-cmd headers and comments in captured files;
@@ -1063,7 +1080,8 @@ absl::StatusOr<Mode> ModeFromName(absl::string_view format) {
 
 }  // namespace
 
-absl::StatusOr<ImportStats> ImportLog(absl::string_view format, std::istream& in,
+absl::StatusOr<ImportStats> ImportLog(absl::string_view format,
+                                      std::istream& in,
                                       absl::string_view source_name,
                                       const TrapSink& sink) {
   ASSIGN_OR_RETURN(Mode mode, ModeFromName(format));
@@ -1094,8 +1112,8 @@ absl::StatusOr<ImportStats> ImportLog(absl::string_view format, std::istream& in
     // gcount counts the newline when one was consumed.
     size_t len = static_cast<size_t>(got);
     if (!in.eof() && len > 0) --len;
-    RETURN_IF_ERROR(importer.Line(absl::string_view(buf.data(), len), line_no,
-                                  &stats));
+    RETURN_IF_ERROR(
+        importer.Line(absl::string_view(buf.data(), len), line_no, &stats));
     if (in.eof()) break;
   }
   if (in.bad()) {

@@ -21,10 +21,11 @@
 // CPUID 0f a2, IN/OUT with the port in DX: ec/66 ed/ed, ee/66 ef/ef); mode
 // MODE_64 and cpl 0 (logs do not say); regs.rcx = the MSR (WRMSR: rax/rdx =
 // the value's low/high halves; CPUID: rax/rcx = leaf and subleaf; IN/OUT:
-// rdx = the port, OUT: rax = the value); regs.rip when the line gives it. trap.domain = the Xen domain id;
-// for KVM, which has no domain ids, the QEMU process id stands in for the
-// domain (kvm [PID]; for ftrace the TGID when the trace has it, else the
-// thread id of the task-pid field). source = "NAME:LINE", note = the line.
+// rdx = the port, OUT: rax = the value); regs.rip when the line gives it.
+// trap.domain = the Xen domain id; for KVM, which has no domain ids, the QEMU
+// process id stands in for the domain (kvm [PID]; for ftrace the TGID when the
+// trace has it, else the thread id of the task-pid field). source =
+// "NAME:LINE", note = the line.
 #ifndef PVEMU_EMULATOR_IMPORT_H_
 #define PVEMU_EMULATOR_IMPORT_H_
 
@@ -69,7 +70,8 @@ struct ImportStats {
   int64_t too_long = 0;   // of `skipped`: over kMaxImportLineBytes
   int64_t malformed = 0;  // looked like a trap line but did not parse
   std::map<std::string, int64_t> by_format;  // traps per format family
-  std::vector<MalformedLine> malformed_lines;  // the first kMaxMalformedReported
+  // The first kMaxMalformedReported malformed lines.
+  std::vector<MalformedLine> malformed_lines;
 };
 
 // Receives each record; an error stops the import and is returned.
@@ -81,7 +83,8 @@ using TrapSink = std::function<absl::Status(pvemu::v1::TrapRecord&&)>;
 // malformed trap lines are counted and reported with their line numbers.
 // Errors: InvalidArgument for an unknown format, DataLoss when reading `in`
 // fails, or the sink's error.
-absl::StatusOr<ImportStats> ImportLog(absl::string_view format, std::istream& in,
+absl::StatusOr<ImportStats> ImportLog(absl::string_view format,
+                                      std::istream& in,
                                       absl::string_view source_name,
                                       const TrapSink& sink);
 

@@ -77,9 +77,11 @@ absl::Status SyncDir(const std::string& dir) {
 // whose source or note does not, while the text parser and the serializer let
 // it through. Checked on both sides so that whatever a writer accepts, a
 // reader returns. (A TrapRecord has no other string fields.)
-absl::Status CheckStrings(const v1::TrapRecord& record, absl::string_view where) {
+absl::Status CheckStrings(const v1::TrapRecord& record,
+                          absl::string_view where) {
   for (const auto& [field, text] :
-       {std::pair<absl::string_view, const std::string*>{"source", &record.source()},
+       {std::pair<absl::string_view, const std::string*>{"source",
+                                                         &record.source()},
         {"note", &record.note()}}) {
     if (!google::protobuf::internal::IsStructurallyValidUTF8(
             text->data(), static_cast<int>(text->size()))) {
@@ -96,8 +98,9 @@ absl::StatusOr<TrapLogEncoding> TrapLogEncodingForPath(absl::string_view path) {
   if (absl::EndsWith(path, ".textproto")) return TrapLogEncoding::kText;
   if (absl::EndsWith(path, ".traps")) return TrapLogEncoding::kBinary;
   return absl::InvalidArgumentError(
-      absl::StrCat(path, ": unknown trap-log extension; use .textproto (text) "
-                         "or .traps (binary)"));
+      absl::StrCat(path,
+                   ": unknown trap-log extension; use .textproto (text) "
+                   "or .traps (binary)"));
 }
 
 // ---------------------------------------------------------------------------
@@ -118,8 +121,8 @@ absl::StatusOr<std::unique_ptr<TrapLogWriter>> TrapLogWriter::Open(
   ASSIGN_OR_RETURN(TrapLogEncoding encoding, TrapLogEncodingForPath(path));
   std::unique_ptr<TrapLogWriter> w(new TrapLogWriter(encoding, path));
   w->tmp_path_ = path + ".tmp";
-  w->fd_ = ::open(w->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                  0644);
+  w->fd_ = ::open(w->tmp_path_.c_str(),
+                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd_ < 0) {
     return ErrnoStatus(errno, absl::StrCat(w->tmp_path_, ": cannot create"));
   }
@@ -134,9 +137,8 @@ std::unique_ptr<TrapLogWriter> TrapLogWriter::ForStream(
       new TrapLogWriter(encoding, std::string(name)));
   w->out_ = out;
   // A stream write error surfaces at the first Append or at Close.
-  absl::string_view header = encoding == TrapLogEncoding::kBinary
-                                 ? kTrapsMagic
-                                 : kTextHeader;
+  absl::string_view header =
+      encoding == TrapLogEncoding::kBinary ? kTrapsMagic : kTextHeader;
   out->write(header.data(), static_cast<std::streamsize>(header.size()));
   return w;
 }
@@ -173,8 +175,8 @@ absl::Status TrapLogWriter::Append(const v1::TrapRecord& record) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": Append after Close"));
   }
-  RETURN_IF_ERROR(
-      CheckStrings(record, absl::StrCat(name_, ": record ", records_ + 1, ": ")));
+  RETURN_IF_ERROR(CheckStrings(
+      record, absl::StrCat(name_, ": record ", records_ + 1, ": ")));
   scratch_.clear();
   if (encoding_ == TrapLogEncoding::kBinary) {
     if (!record.AppendToString(&scratch_)) {
@@ -189,8 +191,8 @@ absl::Status TrapLogWriter::Append(const v1::TrapRecord& record) {
     uint8_t prefix[5];  // the longest varint32
     uint8_t* end = CodedOutputStream::WriteVarint32ToArray(
         static_cast<uint32_t>(scratch_.size()), prefix);
-    RETURN_IF_ERROR(Write(absl::string_view(reinterpret_cast<char*>(prefix),
-                                            end - prefix)));
+    RETURN_IF_ERROR(Write(
+        absl::string_view(reinterpret_cast<char*>(prefix), end - prefix)));
     RETURN_IF_ERROR(Write(scratch_));
   } else {
     // One "record { ... }" block per record: the file stays a valid TrapLog
@@ -304,15 +306,16 @@ class BinaryImpl final : public TrapLogReader::Impl {
             absl::StrCat(where(), "truncated or corrupt length prefix"));
       }
       if (size > kMaxTrapRecordBytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), "length ", size, " exceeds the limit of ",
-            kMaxTrapRecordBytes, " bytes (corrupt file?)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), "length ", size, " exceeds the limit of ",
+                         kMaxTrapRecordBytes, " bytes (corrupt file?)"));
       }
       have_body = coded.ReadString(&body_, static_cast<int>(size));
     }
     if (!have_body) {
-      int64_t left = Offset() - start -
-                     static_cast<int64_t>(CodedOutputStream::VarintSize32(size));
+      int64_t left =
+          Offset() - start -
+          static_cast<int64_t>(CodedOutputStream::VarintSize32(size));
       return absl::DataLossError(
           absl::StrCat(where(), "truncated: the record is ", size,
                        " bytes but only ", left < 0 ? 0 : left, " remain"));
@@ -429,8 +432,7 @@ enum class ValueSource { kNone, kRdmsr, kCpuid, kIn8, kIn16, kIn32 };
 // recognise the few opcodes whose result a log can record. The decoder is
 // the authority on instructions; this only needs to know where to look.
 ValueSource SourceFromBytes(absl::string_view insn, v1::CpuMode mode) {
-  const bool is64 =
-      mode == v1::MODE_64 || mode == v1::CPU_MODE_UNSPECIFIED;
+  const bool is64 = mode == v1::MODE_64 || mode == v1::CPU_MODE_UNSPECIFIED;
   const bool default16 = mode == v1::MODE_REAL || mode == v1::MODE_16;
   bool opsize = false;
   size_t i = 0;
@@ -501,13 +503,13 @@ std::string DescribeExpected(const v1::Expectation& e) {
   } else if (e.has_vector()) {
     parts.push_back("EXCEPTION");
   }
-  if (e.has_vector()) parts.push_back(absl::StrCat("#", v1::Vector_Name(e.vector())));
+  if (e.has_vector())
+    parts.push_back(absl::StrCat("#", v1::Vector_Name(e.vector())));
   if (e.has_value()) parts.push_back(absl::StrCat("value=", Hex(e.value())));
   if (e.has_cpuid()) {
-    parts.push_back(absl::StrCat("eax=", Hex(e.cpuid().eax()),
-                                 " ebx=", Hex(e.cpuid().ebx()),
-                                 " ecx=", Hex(e.cpuid().ecx()),
-                                 " edx=", Hex(e.cpuid().edx())));
+    parts.push_back(absl::StrCat(
+        "eax=", Hex(e.cpuid().eax()), " ebx=", Hex(e.cpuid().ebx()),
+        " ecx=", Hex(e.cpuid().ecx()), " edx=", Hex(e.cpuid().edx())));
   }
   if (parts.empty()) return "anything";
   return absl::StrJoin(parts, " ");
@@ -519,7 +521,8 @@ std::string DescribeGot(const v1::Outcome& o, ValueSource src) {
   const v1::Registers& r = o.regs();
   if (o.kind() == v1::Outcome::EXCEPTION) {
     std::string name = v1::Vector_Name(o.exception().vector());
-    if (name.empty()) name = absl::StrCat(static_cast<int>(o.exception().vector()));
+    if (name.empty())
+      name = absl::StrCat(static_cast<int>(o.exception().vector()));
     absl::StrAppend(&s, " #", name);
   } else if (o.kind() == v1::Outcome::COMPLETED) {
     switch (src) {
@@ -554,11 +557,12 @@ absl::Status Check(const v1::Expectation& e, const v1::Outcome& o,
   }
   if (e.has_value()) {
     if (src == ValueSource::kNone || src == ValueSource::kCpuid) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the expectation has a value, but ", insn_desc,
-          " is not RDMSR or IN, so there is no value to compare"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the expectation has a value, but ", insn_desc,
+                       " is not RDMSR or IN, so there is no value to compare"));
     }
-    if (o.kind() != v1::Outcome::COMPLETED || ValueOf(src, o.regs()) != e.value()) {
+    if (o.kind() != v1::Outcome::COMPLETED ||
+        ValueOf(src, o.regs()) != e.value()) {
       ok = false;
     }
   }
@@ -583,7 +587,8 @@ std::string BytesHex(absl::string_view bytes) {
   std::string s;
   for (size_t i = 0; i < bytes.size(); ++i) {
     if (i > 0) s += ' ';
-    absl::StrAppend(&s, absl::Hex(static_cast<uint8_t>(bytes[i]), absl::kZeroPad2));
+    absl::StrAppend(&s,
+                    absl::Hex(static_cast<uint8_t>(bytes[i]), absl::kZeroPad2));
   }
   return s;
 }
@@ -593,7 +598,8 @@ std::string BytesHex(absl::string_view bytes) {
 absl::Status CheckExpectation(const v1::TrapRecord& record,
                               const v1::Outcome& outcome, std::string* diff) {
   ValueSource src = SourceFromBytes(record.trap().insn(), record.trap().mode());
-  if (src == ValueSource::kNone) src = SourceFromInstruction(outcome.instruction());
+  if (src == ValueSource::kNone)
+    src = SourceFromInstruction(outcome.instruction());
   return Check(record.expect(), outcome, src,
                absl::StrCat("the instruction (bytes ",
                             BytesHex(record.trap().insn()), ")"),

@@ -79,12 +79,12 @@ class TrapLogWriter {
   absl::Status FlushBuffer();
 
   TrapLogEncoding encoding_;
-  std::string name_;       // the final path, or the stream's name
-  std::string tmp_path_;   // files only
-  int fd_ = -1;            // files only
+  std::string name_;             // the final path, or the stream's name
+  std::string tmp_path_;         // files only
+  int fd_ = -1;                  // files only
   std::ostream* out_ = nullptr;  // streams only
-  std::string buffer_;     // pending bytes for fd_
-  std::string scratch_;    // one serialized record, reused
+  std::string buffer_;           // pending bytes for fd_
+  std::string scratch_;          // one serialized record, reused
   int64_t records_ = 0;
   bool closed_ = false;
 };

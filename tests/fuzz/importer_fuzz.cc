@@ -29,7 +29,8 @@ void Check(bool ok, const char* what) {
 }
 
 // protobuf logs every invalid-UTF-8 parse; that noise slows fuzzing down.
-void IgnoreLog(google::protobuf::LogLevel, const char*, int, const std::string&) {}
+void IgnoreLog(google::protobuf::LogLevel, const char*, int,
+               const std::string&) {}
 const bool kQuiet = (google::protobuf::SetLogHandler(IgnoreLog), true);
 
 }  // namespace
@@ -50,21 +51,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           "lines != traps + skipped + malformed");
     Check(stats->traps == static_cast<int64_t>(records.size()),
           "traps != records handed to the sink");
-    Check(stats->malformed_lines.size() <= pvemu::emulator::kMaxMalformedReported,
-          "malformed details not capped");
+    Check(
+        stats->malformed_lines.size() <= pvemu::emulator::kMaxMalformedReported,
+        "malformed details not capped");
     int64_t by_format = 0;
     for (const auto& [name, n] : stats->by_format) by_format += n;
     Check(by_format == stats->traps, "by_format does not add up to traps");
 
     // Every record survives the binary trap-log format unchanged.
     std::stringstream buf;
-    auto writer = TrapLogWriter::ForStream(&buf, TrapLogEncoding::kBinary, "mem");
+    auto writer =
+        TrapLogWriter::ForStream(&buf, TrapLogEncoding::kBinary, "mem");
     for (const v1::TrapRecord& r : records) {
-      Check(!r.source().empty() && !r.trap().insn().empty(), "record without source/insn");
+      Check(!r.source().empty() && !r.trap().insn().empty(),
+            "record without source/insn");
       Check(writer->Append(r).ok(), "writer refused an imported record");
     }
     Check(writer->Close().ok(), "writer close");
-    auto reader = TrapLogReader::ForStream(&buf, TrapLogEncoding::kBinary, "mem");
+    auto reader =
+        TrapLogReader::ForStream(&buf, TrapLogEncoding::kBinary, "mem");
     Check(reader.ok(), "reader open");
     v1::TrapRecord back;
     for (const v1::TrapRecord& r : records) {

@@ -27,10 +27,12 @@ void Check(bool ok, const char* what) {
   }
 }
 
-void IgnoreLog(google::protobuf::LogLevel, const char*, int, const std::string&) {}
+void IgnoreLog(google::protobuf::LogLevel, const char*, int,
+               const std::string&) {}
 const bool kQuiet = (google::protobuf::SetLogHandler(IgnoreLog), true);
 
-std::vector<v1::TrapRecord> ReadAll(const std::string& bytes, TrapLogEncoding enc) {
+std::vector<v1::TrapRecord> ReadAll(const std::string& bytes,
+                                    TrapLogEncoding enc) {
   std::vector<v1::TrapRecord> out;
   std::istringstream in(bytes);
   auto reader = TrapLogReader::ForStream(&in, enc, "fuzz");
@@ -55,18 +57,21 @@ std::vector<v1::TrapRecord> ReadAll(const std::string& bytes, TrapLogEncoding en
   return out;
 }
 
-void RoundTrip(const std::vector<v1::TrapRecord>& records, TrapLogEncoding enc) {
+void RoundTrip(const std::vector<v1::TrapRecord>& records,
+               TrapLogEncoding enc) {
   std::stringstream buf;
   auto writer = TrapLogWriter::ForStream(&buf, enc, "mem");
   for (const v1::TrapRecord& r : records) {
-    Check(writer->Append(r).ok(), "writer refused a record the reader accepted");
+    Check(writer->Append(r).ok(),
+          "writer refused a record the reader accepted");
   }
   Check(writer->Close().ok(), "writer close");
   std::vector<v1::TrapRecord> back = ReadAll(buf.str(), enc);
   Check(back.size() == records.size(), "round trip changed the record count");
   for (size_t i = 0; i < back.size(); ++i) {
-    Check(google::protobuf::util::MessageDifferencer::Equals(records[i], back[i]),
-          "round trip changed a record");
+    Check(
+        google::protobuf::util::MessageDifferencer::Equals(records[i], back[i]),
+        "round trip changed a record");
   }
 }
 
@@ -84,7 +89,8 @@ void CheckAll(const std::vector<v1::TrapRecord>& records) {
       absl::Status s = CheckExpectation(r, *o, &diff);
       if (s.ok()) Check(diff.empty(), "diff on a match");
       if (s.code() == absl::StatusCode::kFailedPrecondition) {
-        Check(!diff.empty() && diff == s.message(), "mismatch without its diff");
+        Check(!diff.empty() && diff == s.message(),
+              "mismatch without its diff");
       }
       s = CheckExpectation(r.expect(), *o, &diff);
       (void)s;
@@ -99,15 +105,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   // As binary: also with the magic prepended, so the fuzzer need not find it.
   for (const std::string& bytes : {input, std::string("PVTRAPS1") + input}) {
-    std::vector<v1::TrapRecord> records = ReadAll(bytes, TrapLogEncoding::kBinary);
+    std::vector<v1::TrapRecord> records =
+        ReadAll(bytes, TrapLogEncoding::kBinary);
     RoundTrip(records, TrapLogEncoding::kBinary);
-    // Text cannot carry fields this schema does not know; the writer drops them.
+    // Text cannot carry fields this schema does not know; the writer drops
+    // them.
     for (v1::TrapRecord& r : records) r.DiscardUnknownFields();
     RoundTrip(records, TrapLogEncoding::kText);
     CheckAll(records);
   }
   if (size <= 64 * 1024) {
-    std::vector<v1::TrapRecord> records = ReadAll(input, TrapLogEncoding::kText);
+    std::vector<v1::TrapRecord> records =
+        ReadAll(input, TrapLogEncoding::kText);
     RoundTrip(records, TrapLogEncoding::kBinary);
     CheckAll(records);
   }

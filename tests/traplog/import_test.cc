@@ -98,9 +98,9 @@ void ExpectReadValue(const v1::TrapRecord& r, uint64_t value) {
 // KVM
 
 TEST(KvmImportTest, DmesgIgnoredRdmsrWithTimestamp) {
-  v1::TrapRecord r = One(
-      "[  829.050394] kvm [1887]: vcpu0, guest rIP: 0xfffff8046a9311ac "
-      "ignored rdmsr: 0x641");
+  v1::TrapRecord r =
+      One("[  829.050394] kvm [1887]: vcpu0, guest rIP: 0xfffff8046a9311ac "
+          "ignored rdmsr: 0x641");
   ExpectRdmsr(r, 1887, 0, 0x641);
   EXPECT_EQ(r.trap().regs().rip(), 0xfffff8046a9311acull);
   ExpectReadValue(r, 0);
@@ -130,9 +130,9 @@ TEST(KvmImportTest, IgnoredWrmsrOldKernelDataWithoutPrefix) {
 }
 
 TEST(KvmImportTest, UnhandledWrmsrSplitsTheValue) {
-  v1::TrapRecord r = One(
-      "[ 1234.567890] kvm [42]: vcpu7, guest rIP: 0xffffffff81000000 "
-      "unhandled wrmsr: 0xc0010117 data 0x12345678abcdef");
+  v1::TrapRecord r =
+      One("[ 1234.567890] kvm [42]: vcpu7, guest rIP: 0xffffffff81000000 "
+          "unhandled wrmsr: 0xc0010117 data 0x12345678abcdef");
   ExpectWrmsr(r, 42, 7, 0xc0010117, 0x12345678abcdefull);
   EXPECT_EQ(r.trap().regs().rip(), 0xffffffff81000000ull);
   ExpectGp(r);
@@ -155,15 +155,17 @@ TEST(KvmImportTest, SyslogAndJournalPrefixes) {
 
 TEST(KvmImportTest, Kernel63UnhandledWrmsrIsDroppedForMostMsrs) {
   // MSR_VM_IGNNE: svm_set_msr prints and returns 0.
-  v1::TrapRecord r = One(
-      "Sep 04 22:56:17 PC kernel: kvm_amd: kvm [67539]: vcpu3, guest rIP: "
-      "0xfffff8547ad7624d Unhandled WRMSR(0xc0010115) = 0x0");
+  v1::TrapRecord r =
+      One("Sep 04 22:56:17 PC kernel: kvm_amd: kvm [67539]: vcpu3, guest rIP: "
+          "0xfffff8547ad7624d Unhandled WRMSR(0xc0010115) = 0x0");
   ExpectWrmsr(r, 67539, 3, 0xc0010115, 0);
   EXPECT_EQ(r.trap().regs().rip(), 0xfffff8547ad7624dull);
   ExpectCompleted(r);
   // Perf counters, DEBUGCTL: dropped too.
-  ExpectCompleted(One("kvm [1]: vcpu0, guest rIP: 0x0 Unhandled WRMSR(0xc0010004) = 0xffff"));
-  ExpectCompleted(One("kvm [1]: vcpu0, guest rIP: 0x0 Unhandled WRMSR(0x1d9) = 0x1"));
+  ExpectCompleted(One(
+      "kvm [1]: vcpu0, guest rIP: 0x0 Unhandled WRMSR(0xc0010004) = 0xffff"));
+  ExpectCompleted(
+      One("kvm [1]: vcpu0, guest rIP: 0x0 Unhandled WRMSR(0x1d9) = 0x1"));
 }
 
 TEST(KvmImportTest, Kernel63UnhandledWrmsrFaultsWhereTheKernelReturnsAnError) {
@@ -181,32 +183,37 @@ TEST(KvmImportTest, Kernel63UnhandledWrmsrFaultsWhereTheKernelReturnsAnError) {
 }
 
 TEST(KvmImportTest, OtherKvmWordings) {
-  v1::TrapRecord perf = One("kvm: disabled perfctr wrmsr: 0xc0010004 data 0xffff");
+  v1::TrapRecord perf =
+      One("kvm: disabled perfctr wrmsr: 0xc0010004 data 0xffff");
   ExpectWrmsr(perf, 0, 0, 0xc0010004, 0xffff);
   ExpectCompleted(perf);
-  ExpectCompleted(One("kvm [3]: vcpu0 unimplemented perfctr wrmsr: 0xc1 data 0x1"));
-  ExpectCompleted(One("kvm [3]: vcpu0 unimplemented wrmsr: 0xc0010115 data 0x0"));
+  ExpectCompleted(
+      One("kvm [3]: vcpu0 unimplemented perfctr wrmsr: 0xc1 data 0x1"));
+  ExpectCompleted(
+      One("kvm [3]: vcpu0 unimplemented wrmsr: 0xc0010115 data 0x0"));
   v1::TrapRecord hwcr = One("kvm [3]: vcpu0 unimplemented HWCR wrmsr: 0x40");
   ExpectWrmsr(hwcr, 3, 0, 0xc0010015, 0x40);
   ExpectGp(hwcr);
-  v1::TrapRecord mmio = One("kvm [3]: vcpu0 unimplemented MMIO_CONF_BASE wrmsr: 0xe0000021");
+  v1::TrapRecord mmio =
+      One("kvm [3]: vcpu0 unimplemented MMIO_CONF_BASE wrmsr: 0xe0000021");
   ExpectWrmsr(mmio, 3, 0, 0xc0010058, 0xe0000021);
   ExpectGp(mmio);
-  v1::TrapRecord hv = One(
-      "kvm [3]: vcpu0, guest rIP: 0x0 Hyper-V unhandled wrmsr: 0x40000081 data 0x1");
+  v1::TrapRecord hv =
+      One("kvm [3]: vcpu0, guest rIP: 0x0 Hyper-V unhandled wrmsr: 0x40000081 "
+          "data 0x1");
   ExpectWrmsr(hv, 3, 0, 0x40000081, 1);
   ExpectGp(hv);
 }
 
 TEST(KvmImportTest, DebugCtlNop) {
-  v1::TrapRecord r = One(
-      "kvm [77]: vcpu0, guest rIP: 0xffffffff8104f0c8 kvm_set_msr_common: "
-      "MSR_IA32_DEBUGCTLMSR 0x1, nop");
+  v1::TrapRecord r =
+      One("kvm [77]: vcpu0, guest rIP: 0xffffffff8104f0c8 kvm_set_msr_common: "
+          "MSR_IA32_DEBUGCTLMSR 0x1, nop");
   ExpectWrmsr(r, 77, 0, 0x1d9, 1);
   EXPECT_EQ(r.trap().regs().rip(), 0xffffffff8104f0c8ull);
   ExpectCompleted(r);
-  ExpectWrmsr(One("kvm [7]: vcpu1 svm_set_msr: MSR_IA32_DEBUGCTL 0x2, nop"), 7, 1,
-              0x1d9, 2);
+  ExpectWrmsr(One("kvm [7]: vcpu1 svm_set_msr: MSR_IA32_DEBUGCTL 0x2, nop"), 7,
+              1, 0x1d9, 2);
   ExpectWrmsr(One("kvm [7]: vcpu1, guest rIP: 0x5 vmx_set_msr: BTF|LBR in "
                   "IA32_DEBUGCTLMSR 0x3, nop"),
               7, 1, 0x1d9, 3);
@@ -224,8 +231,9 @@ TEST(KvmImportTest, IllumosPort) {
       "0xc0010117 data 1f");
   ExpectWrmsr(w, 0, 0, 0xc0010117, 0x1f);
   ExpectGp(w);
-  ExpectGp(One("Jan 12 10:11:12 smartos kvm: [ID 630174 kern.notice] "
-               "unhandled rdmsr: 0xce"));
+  ExpectGp(
+      One("Jan 12 10:11:12 smartos kvm: [ID 630174 kern.notice] "
+          "unhandled rdmsr: 0xce"));
 }
 
 TEST(KvmImportTest, RateLimitAndOtherLinesAreSkipped) {
@@ -280,19 +288,22 @@ TEST(KvmImportTest, MalformedDetailsAreCappedButCounted) {
 
 TEST(XenImportTest, PvRdmsrUnimplemented) {
   v1::TrapRecord r =
-      One("(XEN) arch/x86/pv/emul-priv-op.c:1029:d0v6 RDMSR 0x0000064e unimplemented");
+      One("(XEN) arch/x86/pv/emul-priv-op.c:1029:d0v6 RDMSR 0x0000064e "
+          "unimplemented");
   ExpectRdmsr(r, 0, 6, 0x64e);
   ExpectGp(r);
 }
 
 TEST(XenImportTest, WrmsrUnimplementedWithTimestamp) {
-  v1::TrapRecord r = One(
-      "(XEN) [2023-10-01 12:00:00.123] emul-priv-op.c:1034:d5v2 WRMSR 0x00000199 "
-      "val 0x0000000000001d00 unimplemented");
+  v1::TrapRecord r =
+      One("(XEN) [2023-10-01 12:00:00.123] emul-priv-op.c:1034:d5v2 WRMSR "
+          "0x00000199 "
+          "val 0x0000000000001d00 unimplemented");
   ExpectWrmsr(r, 5, 2, 0x199, 0x1d00);
   ExpectGp(r);
-  ExpectGp(One("(XEN) [   12.345678] hvm.c:1600:d7v1 WRMSR 0xc0011020 val "
-               "0x0006404000000000 unimplemented"));
+  ExpectGp(
+      One("(XEN) [   12.345678] hvm.c:1600:d7v1 WRMSR 0xc0011020 val "
+          "0x0006404000000000 unimplemented"));
 }
 
 TEST(XenImportTest, FakingRdmsrReadsZero) {
@@ -302,19 +313,19 @@ TEST(XenImportTest, FakingRdmsrReadsZero) {
 }
 
 TEST(XenImportTest, OldTrapsCDomainAttemptedWrmsr) {
-  v1::TrapRecord hl = One(
-      "(XEN) traps.c:2308:d0 Domain attempted WRMSR 00000000c0010004 from "
-      "00003fe1:84091c70 to 00000000:00430076.");
+  v1::TrapRecord hl =
+      One("(XEN) traps.c:2308:d0 Domain attempted WRMSR 00000000c0010004 from "
+          "00003fe1:84091c70 to 00000000:00430076.");
   ExpectWrmsr(hl, 0, 0, 0xc0010004, 0x430076);
   ExpectCompleted(hl);
-  v1::TrapRecord wide = One(
-      "(XEN) traps.c:2432:d3 Domain attempted WRMSR 00000000c0010201 from "
-      "0x0000000000000000 to 0x000000000000ffff.");
+  v1::TrapRecord wide =
+      One("(XEN) traps.c:2432:d3 Domain attempted WRMSR 00000000c0010201 from "
+          "0x0000000000000000 to 0x000000000000ffff.");
   ExpectWrmsr(wide, 3, 0, 0xc0010201, 0xffff);
   ExpectCompleted(wide);
-  v1::TrapRecord v4 = One(
-      "(XEN) emul-priv-op.c:1113:d0v2 Domain attempted WRMSR 0000001b from "
-      "0x00000000fee00c00 to 0x00000000fee00800");
+  v1::TrapRecord v4 =
+      One("(XEN) emul-priv-op.c:1113:d0v2 Domain attempted WRMSR 0000001b from "
+          "0x00000000fee00c00 to 0x00000000fee00800");
   ExpectWrmsr(v4, 0, 2, 0x1b, 0xfee00800);
   ExpectCompleted(v4);
   v1::TrapRecord v5 = One(
@@ -324,16 +335,17 @@ TEST(XenImportTest, OldTrapsCDomainAttemptedWrmsr) {
 }
 
 TEST(XenImportTest, NonPrivDomainAttemptedWrmsr) {
-  v1::TrapRecord r = One(
-      "(XEN) DOM3: (file=traps.c, line=1100) Non-priv domain attempted "
-      "WRMSR(00000000000001a0,00000001,00000002).");
+  v1::TrapRecord r =
+      One("(XEN) DOM3: (file=traps.c, line=1100) Non-priv domain attempted "
+          "WRMSR(00000000000001a0,00000001,00000002).");
   ExpectWrmsr(r, 3, 0, 0x1a0, 0x200000001ull);
   ExpectCompleted(r);
 }
 
 TEST(XenImportTest, DomainIds) {
-  ExpectRdmsr(One("(XEN) [   12.345678] d32767v0 RDMSR 0x00000034 unimplemented"),
-              32767, 0, 0x34);
+  ExpectRdmsr(
+      One("(XEN) [   12.345678] d32767v0 RDMSR 0x00000034 unimplemented"),
+      32767, 0, 0x34);
   ExpectRdmsr(One("(XEN) RDMSR 0x00000034 unimplemented"), 0, 0, 0x34);
   Imported idle = Import(
       "(XEN) emul-priv-op.c:1029:d[IDLE]v0 RDMSR 0x00000034 unimplemented\n");
@@ -351,7 +363,8 @@ TEST(XenImportTest, WithoutTheXenPrefix) {
 TEST(XenImportTest, OtherLinesSkippedAndMalformedReported) {
   Imported got = Import(
       "(XEN) HVM d5v0 save: CPU\n"
-      "(XEN) common/grant_table.c:1882:d1v3 Expanding d1 grant table from 4 to 5 frames\n"
+      "(XEN) common/grant_table.c:1882:d1v3 Expanding d1 grant table from 4 to "
+      "5 frames\n"
       "(XEN) d0v1 RDMSR 0xnothex unimplemented\n"
       "(XEN) d0v0 WRMSR 0x00000010 unimplemented\n"
       "(XEN) traps.c:1:d0 Domain attempted WRMSR 0000001b from 0x1\n");
@@ -373,12 +386,14 @@ TEST(XenImportTest, OtherLinesSkippedAndMalformedReported) {
 
 TEST(FtraceImportTest, ExitGivesVcpuAndRip) {
   Imported got = Import(
-      " qemu-system-x86-8397    [002] d....  1404.389509: kvm_exit: vcpu 1 reason "
+      " qemu-system-x86-8397    [002] d....  1404.389509: kvm_exit: vcpu 1 "
+      "reason "
       "MSR_READ rip 0xffffffff81000130 info1 0x0000000000000000 info2 "
       "0x0000000000000000 intr_info 0x00000000 error_code 0x00000000\n"
       " qemu-system-x86-8397    [002] .....  1404.389509: kvm_msr: msr_read "
       "c0000080 = 0xd01\n"
-      " qemu-system-x86-8397    [002] d....  1404.389510: kvm_entry: vcpu 1, rip "
+      " qemu-system-x86-8397    [002] d....  1404.389510: kvm_entry: vcpu 1, "
+      "rip "
       "0xffffffff81000132\n");
   ASSERT_EQ(got.records.size(), 1u);
   const v1::TrapRecord& r = got.records[0];
@@ -391,13 +406,15 @@ TEST(FtraceImportTest, ExitGivesVcpuAndRip) {
 }
 
 TEST(FtraceImportTest, WriteAndGp) {
-  v1::TrapRecord r = One(
-      "CPU 0/KVM-2345  [003]  5678.901234: kvm_msr:              msr_write 1b0 = "
-      "0x6 (#GP)");
+  v1::TrapRecord r =
+      One("CPU 0/KVM-2345  [003]  5678.901234: kvm_msr:              msr_write "
+          "1b0 = "
+          "0x6 (#GP)");
   ExpectWrmsr(r, 2345, 0, 0x1b0, 6);
   ExpectGp(r);
-  v1::TrapRecord w = One(
-      "CPU 3/KVM-2345  [003] .N..  5678.901234: kvm_msr: msr_write c0000103 = 0x1");
+  v1::TrapRecord w =
+      One("CPU 3/KVM-2345  [003] .N..  5678.901234: kvm_msr: msr_write "
+          "c0000103 = 0x1");
   ExpectWrmsr(w, 2345, 3, 0xc0000103, 1);
   ExpectCompleted(w);
   ExpectGp(One("CPU 3/KVM-2345 [003] 5.5: kvm_msr: msr_read 1b0 = 0x0 (#GP)"));
@@ -435,8 +452,9 @@ TEST(FtraceImportTest, NewerCpuidSuffixes) {
 }
 
 TEST(FtraceImportTest, RecordTgidGivesTheProcess) {
-  v1::TrapRecord r = One(
-      " CPU 2/KVM-2347  (   2300) [001] d..1.  1.000: kvm_msr: msr_read 10 = 0x123");
+  v1::TrapRecord r =
+      One(" CPU 2/KVM-2347  (   2300) [001] d..1.  1.000: kvm_msr: msr_read 10 "
+          "= 0x123");
   ExpectRdmsr(r, 2300, 2, 0x10);
   ExpectReadValue(r, 0x123);
 }
@@ -498,11 +516,15 @@ TEST(FtraceImportTest, PortIo) {
       "CPU 0/KVM-5 [000] d.... 1.0: kvm_exit: vcpu 0 reason IO_INSTRUCTION rip "
       "0xffffffff8100abcd info1 0x0000000000700048 info2 0x0 intr_info 0x0 "
       "error_code 0x0\n"
-      "CPU 0/KVM-5 [000] ..... 1.1: kvm_pio: pio_read at 0x71 size 1 count 1 val 0x26 \n"
-      "CPU 0/KVM-5 [000] ..... 1.2: kvm_pio: pio_write at 0xcf8 size 4 count 1 val 0x80000000 \n"
-      "CPU 0/KVM-5 [000] ..... 1.3: kvm_pio: pio_read at 0x1f0 size 2 count 256 val 0x0 (...)\n"
+      "CPU 0/KVM-5 [000] ..... 1.1: kvm_pio: pio_read at 0x71 size 1 count 1 "
+      "val 0x26 \n"
+      "CPU 0/KVM-5 [000] ..... 1.2: kvm_pio: pio_write at 0xcf8 size 4 count 1 "
+      "val 0x80000000 \n"
+      "CPU 0/KVM-5 [000] ..... 1.3: kvm_pio: pio_read at 0x1f0 size 2 count "
+      "256 val 0x0 (...)\n"
       "CPU 0/KVM-5 [000] ..... 1.4: kvm_pio: pio_read at 0x60 size 2 count 1\n"
-      "CPU 0/KVM-5 [000] ..... 1.5: kvm_pio: pio_read at 0x60 size 3 count 1 val 0x0\n");
+      "CPU 0/KVM-5 [000] ..... 1.5: kvm_pio: pio_read at 0x60 size 3 count 1 "
+      "val 0x0\n");
   ASSERT_EQ(got.records.size(), 3u);
   EXPECT_EQ(got.stats.skipped, 2);  // the exit and the string operation
   EXPECT_EQ(got.stats.malformed, 1);
@@ -530,7 +552,8 @@ TEST(ImportLogTest, AutoDetectsPerLineInAMixedJournal) {
   Imported got = Import(
       "Sep 04 22:56:17 PC kernel: kvm_amd: kvm [67539]: vcpu3, guest rIP: 0x1 "
       "Unhandled WRMSR(0xc0010115) = 0x0\r\n"
-      "Sep 04 22:56:18 PC xenconsoled: (XEN) d0v6 RDMSR 0x0000064e unimplemented\r\n"
+      "Sep 04 22:56:18 PC xenconsoled: (XEN) d0v6 RDMSR 0x0000064e "
+      "unimplemented\r\n"
       "Sep 04 22:56:19 PC systemd[1]: Started something.\r\n"
       " qemu-1 [000] .... 1.0: kvm_msr: msr_read 10 = 0x0\r\n");
   EXPECT_EQ(got.stats.lines, 4);
@@ -541,7 +564,8 @@ TEST(ImportLogTest, AutoDetectsPerLineInAMixedJournal) {
                 {"kvm-dmesg", 1}, {"xen-console", 1}, {"ftrace", 1}}));
   // CR is not part of the note.
   EXPECT_EQ(got.records[1].note(),
-            "Sep 04 22:56:18 PC xenconsoled: (XEN) d0v6 RDMSR 0x0000064e unimplemented");
+            "Sep 04 22:56:18 PC xenconsoled: (XEN) d0v6 RDMSR 0x0000064e "
+            "unimplemented");
 }
 
 TEST(ImportLogTest, AForcedFormatSkipsTheOthers) {
@@ -559,9 +583,8 @@ TEST(ImportLogTest, AForcedFormatSkipsTheOthers) {
 
 TEST(ImportLogTest, UnknownFormat) {
   std::istringstream in("x\n");
-  EXPECT_THAT(ImportLog("qemu", in, "x", [](v1::TrapRecord&&) {
-                return absl::OkStatus();
-              }),
+  EXPECT_THAT(ImportLog("qemu", in, "x",
+                        [](v1::TrapRecord&&) { return absl::OkStatus(); }),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "unknown log format \"qemu\"; use auto, kvm-dmesg, "
                        "xen-console or ftrace"));
@@ -572,10 +595,12 @@ TEST(ImportLogTest, SinkErrorStopsTheImport) {
       "kvm [1]: unhandled rdmsr: 0x10\nkvm [1]: unhandled rdmsr: 0x11\n"
       "kvm [1]: unhandled rdmsr: 0x12\n");
   int calls = 0;
-  EXPECT_THAT(ImportLog("auto", in, "x", [&](v1::TrapRecord&&) {
-                return ++calls == 2 ? absl::ResourceExhaustedError("disk full")
-                                    : absl::OkStatus();
-              }),
+  EXPECT_THAT(ImportLog("auto", in, "x",
+                        [&](v1::TrapRecord&&) {
+                          return ++calls == 2
+                                     ? absl::ResourceExhaustedError("disk full")
+                                     : absl::OkStatus();
+                        }),
               StatusIs(absl::StatusCode::kResourceExhausted, "disk full"));
   EXPECT_EQ(calls, 2);
 }
@@ -585,8 +610,8 @@ TEST(ImportLogTest, MegabyteLinesAreSkippedNotStored) {
   const std::string trap = "kvm [1]: unhandled rdmsr: 0x10";
   // A huge line, one that ends in a trap (still too long), a real trap, and
   // a huge last line without a newline.
-  Imported got = Import(absl::StrCat(huge, "\n", huge, " ", trap, "\n", trap,
-                                     "\n", huge));
+  Imported got =
+      Import(absl::StrCat(huge, "\n", huge, " ", trap, "\n", trap, "\n", huge));
   EXPECT_EQ(got.stats.lines, 4);
   EXPECT_EQ(got.stats.traps, 1);
   EXPECT_EQ(got.stats.skipped, 3);
@@ -615,8 +640,9 @@ TEST(ImportLogTest, BinaryJunkNeverCrashesAndNotesStayUtf8) {
     EXPECT_TRUE(back.ParseFromString(bytes)) << r.note();
   }
   const v1::TrapRecord& r = got.records[got.records.size() - 2];
-  EXPECT_EQ(r.note(),
-            "kvm [1]: \\xff\\xfe\\xc0\\x80 ignored rdmsr: 0x10 \\xed\\xa0\\x80");
+  EXPECT_EQ(
+      r.note(),
+      "kvm [1]: \\xff\\xfe\\xc0\\x80 ignored rdmsr: 0x10 \\xed\\xa0\\x80");
 }
 
 TEST(ImportLogTest, MergeStats) {

@@ -31,7 +31,9 @@ std::string SourceRoot() {
   return root != nullptr ? root : ".";
 }
 
-std::string SamplesDir() { return SourceRoot() + "/../shared/samples/traplogs"; }
+std::string SamplesDir() {
+  return SourceRoot() + "/../shared/samples/traplogs";
+}
 
 bool DirExists(const std::string& path) {
   struct stat st;
@@ -45,7 +47,8 @@ struct Imported {
 
 // Imports a sample; records name the sample by its file name only, so the
 // golden files do not depend on where the tree is checked out.
-Imported ImportSample(const std::string& name, absl::string_view format = "auto") {
+Imported ImportSample(const std::string& name,
+                      absl::string_view format = "auto") {
   Imported out;
   std::ifstream in(SamplesDir() + "/" + name, std::ios::binary);
   EXPECT_TRUE(in) << name;
@@ -72,9 +75,8 @@ class SamplesTest : public ::testing::Test {
   // Compares with (or, with PVEMU_REGENERATE_GOLDEN=1, rewrites) the golden
   // trap log of this sample.
   void CheckGolden(const std::string& name, const v1::TrapLog& got) {
-    const std::string golden =
-        SourceRoot() + "/tests/traplog/golden/" + name.substr(0, name.rfind('.')) +
-        ".textproto";
+    const std::string golden = SourceRoot() + "/tests/traplog/golden/" +
+                               name.substr(0, name.rfind('.')) + ".textproto";
     if (std::getenv("PVEMU_REGENERATE_GOLDEN") != nullptr) {
       auto writer = TrapLogWriter::Open(golden);
       ASSERT_THAT(writer, IsOk());
@@ -92,14 +94,17 @@ class SamplesTest : public ::testing::Test {
       absl::StatusOr<bool> more = (*reader)->Next(&want);
       ASSERT_THAT(more, IsOk());
       if (!*more) break;
-      ASSERT_LT(i, got.record_size()) << "golden has more records than the import";
+      ASSERT_LT(i, got.record_size())
+          << "golden has more records than the import";
       EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
           got.record(i), want))
           << golden << " record " << i + 1 << "\ngot:\n"
-          << got.record(i).DebugString() << "want:\n" << want.DebugString();
+          << got.record(i).DebugString() << "want:\n"
+          << want.DebugString();
       ++i;
     }
-    EXPECT_EQ(i, got.record_size()) << "the import has records the golden lacks";
+    EXPECT_EQ(i, got.record_size())
+        << "the import has records the golden lacks";
   }
 };
 

@@ -48,7 +48,9 @@ class TempDir {
   std::string path_;
 };
 
-bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool Exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -85,7 +87,9 @@ v1::TrapRecord MakeRecord(int i) {
 
 void ExpectSame(const v1::TrapRecord& got, const v1::TrapRecord& want) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(got, want))
-      << "got:\n" << got.DebugString() << "want:\n" << want.DebugString();
+      << "got:\n"
+      << got.DebugString() << "want:\n"
+      << want.DebugString();
 }
 
 std::vector<v1::TrapRecord> ReadAllRecords(TrapLogReader* reader,
@@ -227,9 +231,10 @@ TEST(TrapLogWriterTest, TextIsATrapLogInTextFormat) {
 }
 
 TEST(TrapLogWriterTest, OpenErrorsNameTheFile) {
-  EXPECT_THAT(TrapLogWriter::Open("/nonexistent-dir/x.traps"),
-              StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("/nonexistent-dir/x.traps.tmp: cannot create")));
+  EXPECT_THAT(
+      TrapLogWriter::Open("/nonexistent-dir/x.traps"),
+      StatusIs(absl::StatusCode::kNotFound,
+               HasSubstr("/nonexistent-dir/x.traps.tmp: cannot create")));
   EXPECT_THAT(TrapLogWriter::Open("x.log"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("unknown trap-log extension")));
@@ -284,26 +289,29 @@ TEST(TrapLogReaderTest, TruncatedAtEveryCutOfTheLastRecord) {
       EXPECT_THAT(end, IsOk());  // a clean end between records
       continue;
     }
-    EXPECT_THAT(end, StatusIs(absl::StatusCode::kDataLoss,
-                              HasSubstr(absl::StrCat(path, ": record 3 at byte offset ",
-                                                     last, ": truncated"))));
+    EXPECT_THAT(
+        end, StatusIs(absl::StatusCode::kDataLoss,
+                      HasSubstr(absl::StrCat(path, ": record 3 at byte offset ",
+                                             last, ": truncated"))));
     // The error sticks.
     v1::TrapRecord rec;
-    EXPECT_THAT((*reader)->Next(&rec), StatusIs(absl::StatusCode::kDataLoss,
-                                                HasSubstr("record 3")));
+    EXPECT_THAT((*reader)->Next(&rec),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("record 3")));
   }
 }
 
 TEST(TrapLogReaderTest, BadMagic) {
   for (absl::string_view bytes :
        {absl::string_view(""), absl::string_view("PVT"),
-        absl::string_view("PVTRAPS2\x02\x08\x01"), absl::string_view("record {}")}) {
+        absl::string_view("PVTRAPS2\x02\x08\x01"),
+        absl::string_view("record {}")}) {
     SCOPED_TRACE(bytes);
     std::stringstream in{std::string(bytes)};
-    EXPECT_THAT(TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "bad.traps"),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("bad.traps: not a .traps file: the first 8 "
-                                   "bytes are not \"PVTRAPS1\"")));
+    EXPECT_THAT(
+        TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "bad.traps"),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr("bad.traps: not a .traps file: the first 8 "
+                           "bytes are not \"PVTRAPS1\"")));
   }
 }
 
@@ -312,18 +320,21 @@ TEST(TrapLogReaderTest, OversizedLengthIsRefusedWithoutAllocating) {
   for (absl::string_view len : {absl::string_view("\x80\x80\x80\x08"),
                                 absl::string_view("\xff\xff\xff\xff\x0f")}) {
     std::stringstream in{absl::StrCat("PVTRAPS1", len, "junk")};
-    auto reader = TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "big.traps");
+    auto reader =
+        TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "big.traps");
     ASSERT_THAT(reader, IsOk());
     v1::TrapRecord rec;
-    EXPECT_THAT((*reader)->Next(&rec),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("big.traps: record 1 at byte offset 8: length ")));
+    EXPECT_THAT(
+        (*reader)->Next(&rec),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr("big.traps: record 1 at byte offset 8: length ")));
   }
 }
 
 TEST(TrapLogReaderTest, GarbageRecordIsDataLoss) {
   std::stringstream in{std::string("PVTRAPS1\x03\xff\xff\xff", 12)};
-  auto reader = TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "g.traps");
+  auto reader =
+      TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "g.traps");
   ASSERT_THAT(reader, IsOk());
   v1::TrapRecord rec;
   EXPECT_THAT((*reader)->Next(&rec),
@@ -335,7 +346,8 @@ TEST(TrapLogReaderTest, GarbageRecordIsDataLoss) {
 TEST(TrapLogReaderTest, CorruptLengthPrefix) {
   // Eleven continuation bytes: no varint32.
   std::stringstream in{std::string("PVTRAPS1") + std::string(11, '\x80')};
-  auto reader = TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "v.traps");
+  auto reader =
+      TrapLogReader::ForStream(&in, TrapLogEncoding::kBinary, "v.traps");
   ASSERT_THAT(reader, IsOk());
   v1::TrapRecord rec;
   EXPECT_THAT((*reader)->Next(&rec),
@@ -351,16 +363,19 @@ TEST(TrapLogReaderTest, TextErrorsHaveLineAndColumn) {
   EXPECT_THAT(TrapLogReader::Open(path),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr(absl::StrCat(
-                           path, ":3:8: Message type \"pvemu.v1.TrapRecord\" "
-                                 "has no field named \"bogus\""))));
+                           path,
+                           ":3:8: Message type \"pvemu.v1.TrapRecord\" "
+                           "has no field named \"bogus\""))));
 }
 
 // Found by traplog_fuzz: the text parser accepts a note that is not UTF-8,
 // which the binary reader would then reject; both sides now refuse it.
 TEST(TrapLogReaderTest, StringsMustBeUtf8) {
-  std::stringstream text{std::string(
-      "record { source: \"a:1\" }\nrecord { note: \"kvm [1]\xcf unhandled\" }\n")};
-  auto reader = TrapLogReader::ForStream(&text, TrapLogEncoding::kText, "u.textproto");
+  std::stringstream text{
+      std::string("record { source: \"a:1\" }\nrecord { note: \"kvm [1]\xcf "
+                  "unhandled\" }\n")};
+  auto reader =
+      TrapLogReader::ForStream(&text, TrapLogEncoding::kText, "u.textproto");
   ASSERT_THAT(reader, IsOk());
   v1::TrapRecord rec;
   EXPECT_THAT((*reader)->Next(&rec), IsOk());
@@ -370,12 +385,14 @@ TEST(TrapLogReaderTest, StringsMustBeUtf8) {
                        "proto3 string must be)"));
 
   std::stringstream out;
-  auto writer = TrapLogWriter::ForStream(&out, TrapLogEncoding::kBinary, "w.traps");
+  auto writer =
+      TrapLogWriter::ForStream(&out, TrapLogEncoding::kBinary, "w.traps");
   v1::TrapRecord bad;
   bad.set_source("x\xff");
-  EXPECT_THAT(writer->Append(bad),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("w.traps: record 1: source is not valid UTF-8")));
+  EXPECT_THAT(
+      writer->Append(bad),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("w.traps: record 1: source is not valid UTF-8")));
 }
 
 long MaxRssKb() {
@@ -448,9 +465,10 @@ TEST(CheckExpectationTest, ExpectedGpGotCompleted) {
   r.mutable_expect()->set_kind(v1::Outcome::EXCEPTION);
   r.mutable_expect()->set_vector(v1::GP);
   std::string diff;
-  EXPECT_THAT(CheckExpectation(r, Completed(0, 0), &diff),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "expected EXCEPTION #GP, got COMPLETED rax=0x0 rdx=0x0"));
+  EXPECT_THAT(
+      CheckExpectation(r, Completed(0, 0), &diff),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "expected EXCEPTION #GP, got COMPLETED rax=0x0 rdx=0x0"));
   EXPECT_EQ(diff, "expected EXCEPTION #GP, got COMPLETED rax=0x0 rdx=0x0");
   EXPECT_THAT(CheckExpectation(r, Fault(v1::GP), &diff), IsOk());
   EXPECT_EQ(diff, "");
@@ -465,7 +483,8 @@ TEST(CheckExpectationTest, RdmsrValueIsEdxEax) {
   r.mutable_expect()->set_value(0x100000002ull);
   std::string diff;
   // Upper halves of RAX are not part of the value.
-  EXPECT_THAT(CheckExpectation(r, Completed(0xdead000000000002ull, 1), &diff), IsOk());
+  EXPECT_THAT(CheckExpectation(r, Completed(0xdead000000000002ull, 1), &diff),
+              IsOk());
   EXPECT_THAT(CheckExpectation(r, Completed(2, 0), &diff),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "expected COMPLETED value=0x100000002, got COMPLETED "
@@ -482,18 +501,19 @@ TEST(CheckExpectationTest, InValueIsMaskedToTheOperandWidth) {
     v1::CpuMode mode;
     uint64_t want;
   } cases[] = {
-      {"\xe4\x71", v1::MODE_64, 0x44},        // in al, 0x71
-      {"\xec", v1::MODE_32, 0x44},            // in al, dx
-      {"\x66\xed", v1::MODE_64, 0x3344},      // in ax, dx
-      {"\xed", v1::MODE_64, 0x11223344},      // in eax, dx
-      {"\xe5\x60", v1::MODE_16, 0x3344},      // 16-bit default: in ax, 0x60
+      {"\xe4\x71", v1::MODE_64, 0x44},    // in al, 0x71
+      {"\xec", v1::MODE_32, 0x44},        // in al, dx
+      {"\x66\xed", v1::MODE_64, 0x3344},  // in ax, dx
+      {"\xed", v1::MODE_64, 0x11223344},  // in eax, dx
+      {"\xe5\x60", v1::MODE_16, 0x3344},  // 16-bit default: in ax, 0x60
       {"\x66\xed", v1::MODE_REAL, 0x11223344},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.insn.size());
     v1::TrapRecord r = Rec(c.insn, c.mode);
     r.mutable_expect()->set_value(c.want);
-    EXPECT_THAT(CheckExpectation(r, Completed(0xaa11223344ull, 0), &diff), IsOk());
+    EXPECT_THAT(CheckExpectation(r, Completed(0xaa11223344ull, 0), &diff),
+                IsOk());
     r.mutable_expect()->set_value(c.want + 1);
     EXPECT_THAT(CheckExpectation(r, Completed(0xaa11223344ull, 0), &diff),
                 StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -514,10 +534,11 @@ TEST(CheckExpectationTest, CpuidComparesTheFourRegisters) {
   std::string diff;
   EXPECT_THAT(CheckExpectation(r, o, &diff), IsOk());
   o.mutable_regs()->set_rcx(9);
-  EXPECT_THAT(CheckExpectation(r, o, &diff),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "expected COMPLETED eax=0x1 ebx=0x2 ecx=0x3 edx=0x4, got "
-                       "COMPLETED rax=0x1 rbx=0x2 rcx=0x9 rdx=0x4"));
+  EXPECT_THAT(
+      CheckExpectation(r, o, &diff),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "expected COMPLETED eax=0x1 ebx=0x2 ecx=0x3 edx=0x4, got "
+               "COMPLETED rax=0x1 rbx=0x2 rcx=0x9 rdx=0x4"));
 }
 
 TEST(CheckExpectationTest, UnsetFieldsAreNotCompared) {
@@ -538,9 +559,10 @@ TEST(CheckExpectationTest, ValueForAnInstructionWithoutOneIsInvalid) {
   v1::TrapRecord r = Rec(kWrmsr);
   r.mutable_expect()->set_value(1);
   std::string diff;
-  EXPECT_THAT(CheckExpectation(r, Completed(1, 0), &diff),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("the instruction (bytes 0f 30) is not RDMSR or IN")));
+  EXPECT_THAT(
+      CheckExpectation(r, Completed(1, 0), &diff),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("the instruction (bytes 0f 30) is not RDMSR or IN")));
 }
 
 TEST(CheckExpectationTest, ExpectationFormUsesTheDecodedInstruction) {
