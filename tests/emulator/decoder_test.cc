@@ -21,8 +21,6 @@ using ::pvemu::emulator::testing::Hex;
 using ::pvemu::testing::StatusIs;
 using ::testing::HasSubstr;
 
-const Mode kAllModes[] = {Mode::kReal, Mode::k16, Mode::k32, Mode::k64};
-
 const char* ModeName(Mode mode) {
   switch (mode) {
     case Mode::kReal: return "real";
