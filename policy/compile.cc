@@ -38,6 +38,14 @@ constexpr std::pair<uint32_t, uint32_t> kPmuRanges[] = {
     {0xc0010240, 0xc0010247},    // MSR_F15H_NB_PERF_CTL0-3 / CTR0-3
 };
 
+// MsrEntry has padding, so key on the fields, not the bytes.
+std::string EntryKey(const MsrEntry& e) {
+  return absl::StrCat(e.read, ",", e.write, ",", e.value, ",", e.has_value, ",",
+                                 e.writable_mask, ",", e.drop_reserved, ",",
+                                 e.allow_host_write, ",", e.audit, ",", e.unknown, ",",
+                                 e.read_origin, ",", e.write_origin);
+}
+
 }  // namespace
 
 bool IsPmuMsr(uint32_t msr) {
@@ -115,6 +123,10 @@ class Compiler {
   static std::vector<Seg> Sweep(const std::vector<const Cand*>& ranges);
   static Decision At(const std::vector<Seg>& segs, uint32_t msr);
   MsrEntry Materialize(const Decision& d, const DomainSnapshot& snap) const;
+  // The index of `e` in snap->entries_, adding it if new.
+  uint32_t Intern(const MsrEntry& e, DomainSnapshot* snap);
+
+  absl::flat_hash_map<std::string, uint32_t> interned_;
 
   const Policy& policy_;
   const SourceMap& source_;
@@ -189,7 +201,7 @@ Compiler::Decision Compiler::At(const std::vector<Seg>& segs, uint32_t msr) {
 }
 
 MsrEntry Compiler::Materialize(const Decision& d, const DomainSnapshot& snap) const {
-  MsrEntry e = snap.fallback_;
+  MsrEntry e = snap.entries_[0];
   if (d.read == nullptr && d.write == nullptr) return e;
   e.unknown = false;
   e.audit = false;
@@ -255,7 +267,8 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
           ? "built-in: unknown_msr unset means GP"
           : source_.WhereLine(mode_path),
       absl::StrCat("unknown_msr: ", pvemu::v1::UnknownMsr_Name(mode))});
-  MsrEntry& fb = snap->fallback_;
+  snap->entries_.emplace_back();
+  MsrEntry& fb = snap->entries_[0];
   fb.unknown = true;
   switch (mode) {
     case pvemu::v1::UNKNOWN_RELAXED:
@@ -366,9 +379,27 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
   std::vector<Seg> dft = Sweep(def_ranges);
   std::vector<Seg> pmu = Sweep(pmu_ranges);
 
-  snap->ranges_.reserve(all.size());
+  interned_.clear();
+  interned_.emplace(EntryKey(snap->entries_[0]), 0);
   for (const Seg& s : all) {
-    snap->ranges_.push_back(DomainSnapshot::Interval{s.first, s.last, Materialize(s.d, *snap)});
+    snap->range_first_.push_back(s.first);
+    snap->range_last_.push_back(s.last);
+    snap->range_entry_.push_back(Intern(Materialize(s.d, *snap), snap.get()));
+  }
+  // The page index over the intervals (see DomainSnapshot::Lookup).
+  absl::flat_hash_set<uint32_t> pages;
+  for (size_t i = 0; i < snap->range_last_.size(); ++i) {
+    pages.insert(snap->range_first_[i] >> DomainSnapshot::kRangePageShift);
+    pages.insert(snap->range_last_[i] >> DomainSnapshot::kRangePageShift);
+  }
+  for (uint32_t page : pages) {
+    uint32_t start = page << DomainSnapshot::kRangePageShift;
+    uint32_t end = start + ((1u << DomainSnapshot::kRangePageShift) - 1);
+    auto begin = std::lower_bound(snap->range_last_.begin(), snap->range_last_.end(), start);
+    auto stop = std::upper_bound(snap->range_first_.begin(), snap->range_first_.end(), end);
+    snap->range_pages_.emplace(
+        page, std::make_pair(static_cast<uint32_t>(begin - snap->range_last_.begin()),
+                             static_cast<uint32_t>(stop - snap->range_first_.begin())));
   }
   snap->singles_.reserve(singles.size());
   for (auto& [msr, list] : singles) {
@@ -396,9 +427,24 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
         d.write = step.write;
       }
     }
-    snap->singles_.emplace(msr, Materialize(d, *snap));
+    snap->singles_.emplace(msr, Intern(Materialize(d, *snap), snap.get()));
   }
   return snap;
+}
+
+
+uint32_t Compiler::Intern(const MsrEntry& e, DomainSnapshot* snap) {
+  auto [it, inserted] = interned_.emplace(EntryKey(e), static_cast<uint32_t>(snap->entries_.size()));
+  if (inserted) snap->entries_.push_back(e);
+  return it->second;
+}
+
+std::vector<DomainSnapshot::Interval> DomainSnapshot::ranges() const {
+  std::vector<Interval> out;
+  for (size_t i = 0; i < range_last_.size(); ++i) {
+    out.push_back(Interval{range_first_[i], range_last_[i], entries_[range_entry_[i]]});
+  }
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> Compiler::All(uint64_t generation) {

@@ -91,15 +91,28 @@ class DomainSnapshot {
   // One hash probe, then on a miss one binary search over the ranges.
   const MsrEntry& Lookup(uint32_t msr) const {
     auto it = singles_.find(msr);
-    if (it != singles_.end()) return it->second;
-    // First interval whose `last` >= msr.
-    size_t lo = 0, hi = ranges_.size();
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      if (ranges_[mid].last < msr) lo = mid + 1; else hi = mid;
+    if (it != singles_.end()) return entries_[it->second];
+    if (range_last_.empty()) return entries_[0];
+    // Narrow the interval search to the ones touching this 256-MSR page (one
+    // more hash probe), so lookup cost does not grow with the policy. A page
+    // without an interval boundary searches all intervals.
+    size_t lo = 0, n = range_last_.size();
+    auto page = range_pages_.find(msr >> kRangePageShift);
+    if (page != range_pages_.end()) {
+      lo = page->second.first;
+      n = page->second.second - lo;
+      if (n == 0) return entries_[0];
     }
-    if (lo < ranges_.size() && ranges_[lo].first <= msr) return ranges_[lo].entry;
-    return fallback_;
+    // Branchless lower bound: the first interval whose last >= msr.
+    const uint32_t* base = range_last_.data() + lo;
+    while (n > 1) {
+      size_t half = n / 2;
+      base = base[half - 1] < msr ? base + half : base;
+      n -= half;
+    }
+    size_t i = static_cast<size_t>(base - range_last_.data()) + (*base < msr ? 1 : 0);
+    if (i < range_last_.size() && range_first_[i] <= msr) return entries_[range_entry_[i]];
+    return entries_[0];
   }
 
   // The CPUID decision for a leaf/subleaf, or nullptr: use the host's value.
@@ -115,19 +128,21 @@ class DomainSnapshot {
   bool hardware_domain() const { return context_.hardware_domain; }
   uint32_t domain() const { return context_.domain; }
   bool has_overlay() const { return has_overlay_; }
-  const MsrEntry& fallback() const { return fallback_; }
+  const MsrEntry& fallback() const { return entries_[0]; }
   pvemu::v1::UnknownMsr unknown_msr() const { return unknown_msr_; }
   const RuleOrigin& origin(uint32_t index) const { return origins_[index]; }
 
   // Sizes, for tests and stats.
   size_t single_count() const { return singles_.size(); }
-  size_t range_count() const { return ranges_.size(); }
+  size_t range_count() const { return range_last_.size(); }
+  size_t distinct_entries() const { return entries_.size(); }
   struct Interval {
     uint32_t first;
     uint32_t last;
     MsrEntry entry;
   };
-  const std::vector<Interval>& ranges() const { return ranges_; }
+  // The interval table (built on demand; for tests and tools).
+  std::vector<Interval> ranges() const;
 
  private:
   friend class Compiler;
@@ -135,9 +150,18 @@ class DomainSnapshot {
 
   DomainContext context_;
   bool has_overlay_ = false;
-  absl::flat_hash_map<uint32_t, MsrEntry> singles_;
-  std::vector<Interval> ranges_;  // sorted, disjoint
-  MsrEntry fallback_;
+  // Decisions are deduplicated into entries_ (entries_[0] is the unknown-MSR
+  // fallback) so the lookup tables hold 4-byte indices and stay in cache.
+  std::vector<MsrEntry> entries_;
+  absl::flat_hash_map<uint32_t, uint32_t> singles_;  // msr -> entries_ index
+  // Disjoint intervals sorted by first, as parallel arrays.
+  std::vector<uint32_t> range_last_;
+  std::vector<uint32_t> range_first_;
+  std::vector<uint32_t> range_entry_;
+  // Page (msr >> kRangePageShift) -> [begin, end) of the intervals that
+  // intersect it, for every page holding an interval's first or last.
+  static constexpr int kRangePageShift = 8;
+  absl::flat_hash_map<uint32_t, std::pair<uint32_t, uint32_t>> range_pages_;
   pvemu::v1::UnknownMsr unknown_msr_ = pvemu::v1::UNKNOWN_GP;
   std::vector<RuleOrigin> origins_;
   absl::flat_hash_map<uint64_t, CpuidDecision> cpuid_exact_;  // leaf << 32 | subleaf

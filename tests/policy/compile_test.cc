@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/explain.h"
+#include "absl/strings/str_format.h"
 #include "policy/shipped.h"
 #include "pvemu/textproto.h"
 #include "pvemu/v1/host.pb.h"
@@ -305,7 +306,8 @@ TEST_P(ShippedDefault, PmuFaultsUnlessVpmuOn) {
 
 TEST_P(ShippedDefault, UnknownMsrsByPreset) {
   v1::Vendor host = ProfileVendor(GetParam().profile);
-  const MsrEntry& gp = Shipped("default", host)->ForDomain(1).Lookup(0x8b);
+  auto def = Shipped("default", host);  // keeps the snapshot alive
+  const MsrEntry& gp = def->ForDomain(1).Lookup(0x8b);
   EXPECT_TRUE(gp.unknown);
   EXPECT_EQ(gp.read, R::GP);
   EXPECT_EQ(gp.write, W::GP);
@@ -373,6 +375,55 @@ TEST(Explain, ReadsAndWrites) {
   EXPECT_EQ(z.value, 0u);
   Explanation pmu = ExplainMsr(*amd, 0, 0xc0010200);
   EXPECT_EQ(pmu.layer, "vpmu-off");
+}
+
+}  // namespace
+}  // namespace pvemu::policy
+
+namespace pvemu::policy {
+namespace {
+
+// The page-indexed interval search agrees with a linear scan of the interval
+// table, for dense small ranges, ranges across page edges and wide ranges.
+TEST(Ranges, LookupAgreesWithLinearScan) {
+  std::string text = "default { vpmu: true\n";
+  for (int i = 0; i < 300; ++i) {  // 1..3-wide ranges, packed around page edges
+    uint32_t first = 0x1f0 + i * 3;
+    absl::StrAppendFormat(&text, "msr { range { first: \"0x%x\" last: \"0x%x\" } read: %s }\n",
+                          first, first + (i % 3), i % 2 ? "ZERO" : "GP");
+  }
+  text += "msr { range { first: \"0x10000\" last: \"0x7ffff\" } read: ZERO }\n";
+  text += "msr { range { first: \"0x20005\" last: \"0x300ff\" } read: PASSTHROUGH }\n";
+  text += "msr { msr: \"0x20010\" read: CONST value: 1 }\n}\n";
+  auto s = Compile(text);
+  const DomainSnapshot& d = s->ForDomain(1);
+  std::vector<DomainSnapshot::Interval> table = d.ranges();
+  auto scan = [&](uint32_t msr) -> const MsrEntry* {
+    for (const auto& iv : table) {
+      if (iv.first <= msr && msr <= iv.last) return &iv.entry;
+    }
+    return nullptr;
+  };
+  std::vector<uint32_t> probes;
+  for (uint32_t m = 0x100; m < 0x600; ++m) probes.push_back(m);
+  for (uint32_t m : {0xffffu, 0x10000u, 0x10001u, 0x200ffu, 0x20100u, 0x20004u, 0x20005u,
+                     0x300ffu, 0x30100u, 0x7ffffu, 0x80000u, 0x50000u}) {
+    probes.push_back(m);
+  }
+  for (uint32_t m : probes) {
+    if (m == 0x20010) continue;  // the single
+    const MsrEntry* want = scan(m);
+    const MsrEntry& got = d.Lookup(m);
+    if (want == nullptr) {
+      EXPECT_TRUE(got.unknown) << std::hex << m;
+    } else {
+      EXPECT_EQ(got.read, want->read) << std::hex << m;
+      EXPECT_FALSE(got.unknown) << std::hex << m;
+    }
+  }
+  EXPECT_EQ(d.Lookup(0x20010).read, R::CONST);
+  EXPECT_EQ(d.Lookup(0x50000).read, R::ZERO);        // inside a wide range, no boundary page
+  EXPECT_EQ(d.Lookup(0x25000).read, R::PASSTHROUGH);  // narrower range wins
 }
 
 }  // namespace
