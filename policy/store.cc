@@ -233,6 +233,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir,
   };
   std::unique_ptr<Store> store(new Store(state_dir, host_vendor));
   if (!state_dir.empty()) {
+    // Best effort: a failure shows up, with the path, at the first edit.
+    ::mkdir(state_dir.c_str(), 0750);
     std::string path = absl::StrCat(state_dir, "/", kStateFile);
     for (const std::string& candidate : {path, path + ".prev"}) {
       absl::StatusOr<StateFile> state = ReadStateFile(candidate);
@@ -299,7 +301,7 @@ void Store::Publish(std::shared_ptr<const Snapshot> snapshot) {
     absl::MutexLock lock(&snap_mu_);
     current_ = std::move(snapshot);
   }
-  generation_.store(g, std::memory_order_release);
+  generation_.value.store(g, std::memory_order_release);
 }
 
 std::shared_ptr<const Snapshot> Store::Current() const {

@@ -69,7 +69,8 @@ class Store {
   // policy.textproto.prev, else `initial_policy_path` (if not empty), else the
   // shipped default. Problems with state files are appended to `warnings`
   // (may be null) for the daemon to log; an invalid initial policy is an
-  // error. An empty `state_dir` keeps the policy in memory only.
+  // error. A missing `state_dir` is created (one level, mode 0750); an empty
+  // `state_dir` keeps the policy in memory only.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& state_dir,
                                                      const std::string& initial_policy_path,
                                                      pvemu::v1::Vendor host_vendor,
@@ -121,7 +122,7 @@ class Store {
   // The current compiled snapshot (one atomic shared_ptr copy under a short
   // lock: fine for RPCs; trap paths use SnapshotReader).
   std::shared_ptr<const Snapshot> Current() const;
-  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  uint64_t generation() const { return generation_.value.load(std::memory_order_acquire); }
   // A copy of the current policy.
   pvemu::v1::Policy policy() const;
   pvemu::v1::Vendor host_vendor() const { return host_vendor_; }
@@ -154,7 +155,12 @@ class Store {
   mutable absl::Mutex snap_mu_;  // held only to swap/copy the pointer
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(snap_mu_);
   // Moves (release) after current_ is replaced; readers poll it (acquire).
-  std::atomic<uint64_t> generation_{0};
+  // On its own cache line so edits (mutex traffic) do not evict it from the
+  // readers' caches.
+  struct alignas(64) PaddedGeneration {
+    std::atomic<uint64_t> value{0};
+  };
+  PaddedGeneration generation_;
 };
 
 // A per-thread (per trap source, per stream) view of a Store's snapshot. Get()
@@ -169,7 +175,7 @@ class SnapshotReader {
  public:
   explicit SnapshotReader(const Store& store);
   const Snapshot& Get() {
-    uint64_t g = store_.generation_.load(std::memory_order_acquire);
+    uint64_t g = store_.generation_.value.load(std::memory_order_acquire);
     if (g != cached_generation_) Refresh();
     return *cached_;
   }
