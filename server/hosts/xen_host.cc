@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -56,6 +57,17 @@ absl::StatusOr<std::unique_ptr<XenHost>> XenHost::Open(const XenPaths& paths) {
   // Checked before libxenctrl, whose own failure is a line on stderr and a
   // bare errno.
   if (access(paths.privcmd.c_str(), F_OK) != 0) {
+    std::string type;
+    if (ReadFileToString(paths.hypervisor_type, &type).ok() &&
+        absl::StripAsciiWhitespace(type) == "xen") {
+      // Xen, but privcmd is missing: in dom0 that is an unloaded module
+      // (Debian builds xen-privcmd, xenfs and xen-evtchn as modules).
+      return absl::FailedPreconditionError(absl::StrCat(
+          "running on Xen, but ", paths.privcmd,
+          " is absent: in dom0, load the xen-privcmd module (modprobe "
+          "xen-privcmd) and mount xenfs on /proc/xen (mount -t xenfs xenfs "
+          "/proc/xen); or use --host=sim"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "not running on Xen: ", paths.privcmd,
         " is absent; start pvemud in dom0, or use --host=sim"));

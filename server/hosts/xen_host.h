@@ -21,6 +21,10 @@ namespace pvemu::server {
 struct XenPaths {
   std::string privcmd = "/dev/xen/privcmd";
   std::string capabilities = "/proc/xen/capabilities";
+  // "xen" on any Xen domain (dom0 or guest) whose kernel has
+  // CONFIG_XEN_SYS_HYPERVISOR, with or without xen-privcmd and xenfs: tells
+  // "not Xen" apart from "Xen, but dom0's modules are not loaded".
+  std::string hypervisor_type = "/sys/hypervisor/type";
 };
 
 // Thread-safe: every method may be called concurrently (see XenControl).
@@ -29,9 +33,9 @@ struct XenPaths {
 class XenHost final : public emulator::Host {
  public:
   // Opens libxenctrl on this machine. FailedPrecondition naming what is
-  // missing when this is not Xen dom0 (no privcmd device, a domU,
-  // xc_interface_open refused); Unimplemented when pvemu was built without
-  // libxen. Never crashes.
+  // missing when this is not Xen dom0 (not Xen at all; Xen without the
+  // xen-privcmd module loaded; a domU; xc_interface_open refused);
+  // Unimplemented when pvemu was built without libxen. Never crashes.
   static absl::StatusOr<std::unique_ptr<XenHost>> Open(
       const XenPaths& paths = {});
 

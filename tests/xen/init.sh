@@ -68,6 +68,18 @@ probe_value() {
 
 say "dom0 kernel $(uname -r), $(grep -c ^processor /proc/cpuinfo) vCPUs, $(sed -n 's/MemTotal: *//p' /proc/meminfo)"
 
+# 0. Before dom0's Xen modules are loaded, pvemud --host=xen must exit at once
+#    and name what is missing.
+t0=$(date +%s)
+timeout 30 /usr/bin/pvemud --host=xen --listen="$SOCK" --state-dir=/tmp/nostate >/tmp/out 2>&1
+rc=$?
+sed 's/^/  > /' /tmp/out
+if [ $rc = 1 ] && grep -q 'xen-privcmd' /tmp/out && [ $(( $(date +%s) - t0 )) -le 10 ]; then
+  pass "without xen-privcmd loaded, pvemud --host=xen exits 1 at once naming the module"
+else
+  fail "pvemud --host=xen without xen-privcmd: exit $rc"
+fi
+
 # 1. Xen's dom0 interfaces: modules, xenfs, privcmd.
 ok=1
 for m in $(cat /etc/e2e-modules); do
@@ -104,10 +116,14 @@ else
 fi
 
 # 4. stats name the host.
-if ctl -o json stats && grep -q '"host":"xen 4\.17"' /tmp/out; then
-  pass "pvemuctl stats: host $(sed -n 's/.*"host":"\([^"]*\)".*/\1/p' /tmp/out), vendor $(sed -n 's/.*"host_vendor":"\([^"]*\)".*/\1/p' /tmp/out)"
+case $(sed -n 's/^vendor_id[^:]*: *//p' /proc/cpuinfo | head -1) in
+  GenuineIntel) vendor=intel ;; AuthenticAMD) vendor=amd ;; HygonGenuine) vendor=hygon ;; *) vendor=other ;;
+esac
+if ctl -o json stats && grep -q '"host":"xen 4\.17"' /tmp/out &&
+   grep -q "\"host_vendor\":\"$vendor\"" /tmp/out; then
+  pass "pvemuctl stats: host $(sed -n 's/.*"host":"\([^"]*\)".*/\1/p' /tmp/out), vendor $vendor as dom0's /proc/cpuinfo says"
 else
-  fail "pvemuctl stats does not name host xen 4.17"
+  fail "pvemuctl stats does not name host xen 4.17 and vendor $vendor (from /proc/cpuinfo)"
 fi
 
 # 5. Xen's own answer for MSR 0x10 (IA32_TSC) through xc_resource_op, twice,
