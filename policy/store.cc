@@ -276,7 +276,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir,
     policy = std::move(loaded.policy);
     source = std::move(loaded.source);
   } else {
-    ASSIGN_OR_RETURN(LoadedPolicy loaded, ParsePolicy(ShippedPolicy("default"), "default"));
+    ASSIGN_OR_RETURN(LoadedPolicy loaded, ParsePolicy(ShippedPolicy("default"), "default.textproto"));
     policy = std::move(loaded.policy);
     source = std::move(loaded.source);
   }

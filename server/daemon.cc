@@ -68,6 +68,13 @@ class DaemonImpl final : public Daemon {
     audit_.Shutdown();
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
                                               std::chrono::seconds(3));
+    if (capture_ != nullptr) {
+      dispatcher_->SetCapture(nullptr);
+      absl::Status closed = capture_->Close();
+      std::fprintf(stderr, "pvemud: capture: %llu traps%s%s\n",
+                   static_cast<unsigned long long>(capture_->records()),
+                   closed.ok() ? "" : ", ", std::string(closed.message()).c_str());
+    }
   }
 
   absl::Status Init(const DaemonOptions& options, std::vector<std::string>* warnings);
@@ -83,6 +90,7 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<policy::Store> store_;
   AuditHub audit_;
   std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<TrapCapture> capture_;
   PeerTable peers_;
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<PolicyServiceImpl> policy_service_;
@@ -160,6 +168,10 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   DispatchOptions dispatch_options;
   dispatch_options.allow_host_writes = options.allow_host_writes;
   dispatcher_ = std::make_unique<Dispatcher>(*store_, *host_, &audit_, dispatch_options);
+  if (!options.capture.empty()) {
+    ASSIGN_OR_RETURN(capture_, TrapCapture::Open(options.capture));
+    dispatcher_->SetCapture(capture_.get());
+  }
   auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
 
   LiveDomainsFn live;

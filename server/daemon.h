@@ -24,6 +24,7 @@ struct DaemonOptions {
   std::string tls_cert, tls_key, tls_client_ca;  // TCP listening
   unsigned socket_mode = 0660;
   int max_message_bytes = 4 << 20;   // requests larger than this are refused
+  std::string capture;               // record every trap to this trap log ("" = off)
 };
 
 class Daemon {

@@ -1,9 +1,12 @@
 #include "server/dispatch.h"
 
+#include <cstdio>
+
 #include "absl/numeric/int128.h"
 #include "emulator/domain.h"
 #include "emulator/emulate.h"
 #include "emulator/trap_convert.h"
+#include "emulator/traplog.h"
 #include "policy/catalog.h"
 #include "policy/compile.h"
 #include "absl/strings/str_cat.h"
@@ -157,6 +160,17 @@ Dispatcher::Session::~Session() = default;
 emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
                                               emulator::Instruction* insn,
                                               emulator::DecodeError* error) {
+  return HandleImpl<true>(trap, insn, error);
+}
+
+emulator::Outcome Dispatcher::Session::HandleBare(const emulator::Trap& trap) {
+  return HandleImpl<false>(trap, nullptr, nullptr);
+}
+
+template <bool kHooks>
+emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
+                                                  emulator::Instruction* insn,
+                                                  emulator::DecodeError* error) {
   const policy::Snapshot& snapshot = reader_.Get();
   DomainView view(snapshot.ForDomain(trap.domain), owner_->shadow_, trap.domain,
                   owner_->options_.allow_host_writes);
@@ -164,37 +178,105 @@ emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
       emulator::DecodeAndEmulate(trap, view, owner_->host_, &decoded, &decode_error);
-
-  Bump(counters_->traps);
-  if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
-  switch (out.kind) {
-    case emulator::OutcomeKind::kCompleted:
-      Bump(counters_->completed);
-      break;
-    case emulator::OutcomeKind::kException:
-      Bump(counters_->exceptions);
-      break;
-    case emulator::OutcomeKind::kUnhandled:
-      Bump(counters_->unhandled);
-      break;
-  }
-  // Audit: off unless the decision asked for it and someone listens.
-  if ((out.audit || out.unknown_msr) && owner_->audit_ != nullptr &&
-      owner_->audit_->wants_traps()) {
-    v1::TrapEvent event;
-    event.set_domain(trap.domain);
-    event.set_vcpu(trap.vcpu);
-    event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
-    if (decode_error == emulator::DecodeError::kOk) {
-      event.set_mnemonic(std::string(emulator::Mnemonic(decoded)));
+  if constexpr (kHooks) {
+    Bump(counters_->traps);
+    if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
+    switch (out.kind) {
+      case emulator::OutcomeKind::kCompleted:
+        Bump(counters_->completed);
+        break;
+      case emulator::OutcomeKind::kException:
+        Bump(counters_->exceptions);
+        break;
+      case emulator::OutcomeKind::kUnhandled:
+        Bump(counters_->unhandled);
+        break;
     }
-    event.set_msr(out.msr_or_port);
-    event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
-    owner_->audit_->PublishTrap(std::move(event), !out.audit);
+    // Audit: off unless the decision asked for it and someone listens.
+    if ((out.audit || out.unknown_msr) && owner_->audit_ != nullptr &&
+        owner_->audit_->wants_traps()) {
+      v1::TrapEvent event;
+      event.set_domain(trap.domain);
+      event.set_vcpu(trap.vcpu);
+      event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
+      if (decode_error == emulator::DecodeError::kOk) {
+        event.set_mnemonic(std::string(emulator::Mnemonic(decoded)));
+      }
+      event.set_msr(out.msr_or_port);
+      event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
+      owner_->audit_->PublishTrap(std::move(event), !out.audit);
+    }
+    // Capture: off unless pvemud --capture.
+    if (TrapCapture* capture = owner_->capture_.load(std::memory_order_acquire);
+        capture != nullptr) {
+      capture->Record(trap, out, decoded, decode_error);
+    }
   }
   if (insn != nullptr) *insn = decoded;
   if (error != nullptr) *error = decode_error;
   return out;
+}
+
+struct TrapCapture::Impl {
+  absl::Mutex mu;
+  std::unique_ptr<emulator::TrapLogWriter> writer ABSL_GUARDED_BY(mu);
+  absl::Status error ABSL_GUARDED_BY(mu);  // the first failure; later records are dropped
+  v1::TrapRecord record ABSL_GUARDED_BY(mu);  // reused
+  uint64_t records ABSL_GUARDED_BY(mu) = 0;
+};
+
+TrapCapture::TrapCapture(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrapCapture::~TrapCapture() { (void)Close(); }
+
+absl::StatusOr<std::unique_ptr<TrapCapture>> TrapCapture::Open(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  absl::StatusOr<std::unique_ptr<emulator::TrapLogWriter>> writer =
+      emulator::TrapLogWriter::Open(path);
+  if (!writer.ok()) return writer.status();
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->writer = std::move(*writer);
+  }
+  return std::unique_ptr<TrapCapture>(new TrapCapture(std::move(impl)));
+}
+
+void TrapCapture::Record(const emulator::Trap& trap, const emulator::Outcome& outcome,
+                         const emulator::Instruction& insn, emulator::DecodeError error) {
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->writer == nullptr || !impl_->error.ok()) return;
+  v1::TrapRecord& rec = impl_->record;
+  rec.Clear();
+  emulator::TrapToProto(trap, rec.mutable_trap());
+  v1::Expectation* expect = rec.mutable_expect();
+  expect->set_kind(static_cast<v1::Outcome::Kind>(outcome.kind));
+  if (outcome.kind == emulator::OutcomeKind::kException) {
+    expect->set_vector(static_cast<v1::Vector>(outcome.vector));
+  } else if (outcome.kind == emulator::OutcomeKind::kCompleted &&
+             error == emulator::DecodeError::kOk && insn.kind == emulator::InsnKind::kRdmsr) {
+    expect->set_value((outcome.regs.gpr[emulator::kRdx] << 32) |
+                      (outcome.regs.gpr[emulator::kRax] & 0xffffffffu));
+  }
+  absl::Status status = impl_->writer->Append(rec);
+  if (!status.ok()) {
+    impl_->error = status;
+    std::fprintf(stderr, "pvemud: capture stopped: %s\n", std::string(status.message()).c_str());
+    return;
+  }
+  ++impl_->records;
+}
+
+absl::Status TrapCapture::Close() {
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->writer == nullptr) return impl_->error;
+  absl::Status status = impl_->writer->Close();
+  impl_->writer.reset();
+  if (impl_->error.ok()) impl_->error = status;
+  return status;
+}
+
+uint64_t TrapCapture::records() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->records;
 }
 
 void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,

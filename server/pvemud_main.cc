@@ -30,6 +30,8 @@ ABSL_FLAG(bool, allow_host_writes, false,
 ABSL_FLAG(std::string, tls_cert, "", "TCP: server certificate (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "TCP: server private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "", "TCP: CA that signs client certificates (PEM)");
+ABSL_FLAG(std::string, capture, "",
+          "record every trap and its outcome to this trap log (.traps or .textproto); off by default");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
 
 namespace {
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.capture = absl::GetFlag(FLAGS_capture);
 
   std::vector<std::string> warnings;
   auto daemon = pvemu::server::Daemon::Start(options, &warnings);

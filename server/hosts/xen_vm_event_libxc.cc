@@ -14,11 +14,11 @@ extern "C" {
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/hosts/xen_control.h"
 #include "server/hosts/xen_vm_event.h"
 
 namespace pvemu::server {
@@ -26,10 +26,18 @@ namespace {
 
 int LastErrno() { return errno != 0 ? errno : EIO; }
 
+// As XenErrnoText (xen_control.h), which this file does not use so that it
+// depends on nothing but emulator/cpu.h: "Device or resource busy (EBUSY)".
+std::string ErrnoText(int err) {
+  const char* name = strerrorname_np(err);
+  return absl::StrCat(std::strerror(err), " (",
+                      name != nullptr ? name : absl::StrCat("errno ", err), ")");
+}
+
 absl::Status Failed(const char* call, uint32_t domain) {
   int err = LastErrno();
   return absl::FailedPreconditionError(absl::StrCat(
-      call, " failed for domain ", domain, ": ", XenErrnoText(err),
+      call, " failed for domain ", domain, ": ", ErrnoText(err),
       err == EOPNOTSUPP || err == ENODEV
           ? " (the monitor interface needs an HVM or PVH domain)"
           : err == EBUSY ? " (another monitor, e.g. xen-access, holds the ring)"
@@ -98,17 +106,17 @@ class LibxcVmEventChannel final : public VmEventChannel {
     if (n < 0) {
       if (errno == EINTR) return absl::OkStatus();
       return absl::UnavailableError(absl::StrCat("poll on the vm_event channel: ",
-                                                 XenErrnoText(LastErrno())));
+                                                 ErrnoText(LastErrno())));
     }
     if (n == 0) return absl::OkStatus();
     xenevtchn_port_or_error_t port = xenevtchn_pending(xce_);
     if (port < 0) {
       return absl::UnavailableError(absl::StrCat(
-          "xenevtchn_pending: ", XenErrnoText(LastErrno())));
+          "xenevtchn_pending: ", ErrnoText(LastErrno())));
     }
     if (xenevtchn_unmask(xce_, port) < 0) {
       return absl::UnavailableError(absl::StrCat(
-          "xenevtchn_unmask: ", XenErrnoText(LastErrno())));
+          "xenevtchn_unmask: ", ErrnoText(LastErrno())));
     }
     return absl::OkStatus();
   }

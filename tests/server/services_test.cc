@@ -16,6 +16,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
+#include "emulator/traplog.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
@@ -295,6 +296,34 @@ TEST_F(ServicesTest, AcceptedEditSurvivesARestart) {
   std::string line;
   ASSERT_TRUE(std::getline(audit_log, line));
   EXPECT_THAT(line, HasSubstr("generation=2 SetRule layer=domain 5 by uid=0"));
+}
+
+TEST_F(ServicesTest, CaptureRecordsEveryTrapWithItsOutcome) {
+  options_.capture = dir_ + "/capture.traps";
+  StartDaemon();
+  for (uint32_t msr : {0x1b0u, 0x12345u, 0x1bu}) {
+    grpc::ClientContext context;
+    v1::Outcome outcome;
+    ASSERT_TRUE(emulator_->Emulate(&context, RdmsrTrap(2, msr), &outcome).ok());
+  }
+  StopDaemon();  // closes the capture
+  auto reader = emulator::TrapLogReader::Open(options_.capture);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<v1::TrapRecord> records;
+  v1::TrapRecord rec;
+  while (true) {
+    absl::StatusOr<bool> more = (*reader)->Next(&rec);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    records.push_back(rec);
+  }
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].trap().regs().rcx(), 0x1b0u);
+  EXPECT_EQ(records[0].expect().kind(), v1::Outcome::COMPLETED);
+  EXPECT_EQ(records[0].expect().value(), 0x6u);  // the Intel sim host's value
+  EXPECT_EQ(records[1].expect().kind(), v1::Outcome::EXCEPTION);
+  EXPECT_EQ(records[1].expect().vector(), v1::GP);
+  EXPECT_EQ(records[2].expect().value(), 0xfee00900u);
 }
 
 TEST_F(ServicesTest, SocketIsGroupOnlyAndStateDirPrivate) {
