@@ -49,6 +49,12 @@ enum class OutcomeKind : uint8_t {
 // The one complete answer to one trap. When an exception is injected `regs`
 // holds the registers as they were at the trap.
 struct Outcome {
+  Outcome() = default;
+  // Starts from the trap's registers. A constructor rather than aggregate
+  // initialisation so the ~200-byte struct is not zero-filled first on every
+  // trap (GCC clears the whole aggregate before copying the registers).
+  explicit Outcome(const Regs& at_trap) : regs(at_trap) {}
+
   OutcomeKind kind = OutcomeKind::kUnhandled;
   Vector vector = Vector::kGP;
   bool has_error_code = false;

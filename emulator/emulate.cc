@@ -11,20 +11,18 @@ inline uint32_t Iopl(const Regs& regs) {
 }
 
 Outcome Unhandled(const Trap& trap) {
-  Outcome out;
+  Outcome out(trap.regs);
   out.kind = OutcomeKind::kUnhandled;
-  out.regs = trap.regs;
   return out;
 }
 
 Outcome Raise(const Trap& trap, Vector vector) {
-  Outcome out;
+  Outcome out(trap.regs);
   out.kind = OutcomeKind::kException;
   out.vector = vector;
   // #GP carries an error code (0 here: no selector involved); #UD has none.
   out.has_error_code = vector == Vector::kGP;
   out.error_code = 0;
-  out.regs = trap.regs;
   return out;
 }
 
@@ -117,15 +115,15 @@ Outcome Rdmsr(const Trap& trap, const Instruction& insn, Domain& domain,
   const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
   const MsrDecision& d = domain.Msr(index);
   uint64_t value = 0;
-  Outcome out;
   if (!ReadMsrValue(trap, index, d, domain, host, &value)) {
-    out = Raise(trap, Vector::kGP);
-  } else {
-    out.regs = trap.regs;
-    Set32(trap.mode, kRax, static_cast<uint32_t>(value), &out.regs);
-    Set32(trap.mode, kRdx, static_cast<uint32_t>(value >> 32), &out.regs);
-    Complete(trap, insn, &out);
+    Outcome out = Raise(trap, Vector::kGP);
+    Tag(index, d, &out);
+    return out;
   }
+  Outcome out(trap.regs);
+  Set32(trap.mode, kRax, static_cast<uint32_t>(value), &out.regs);
+  Set32(trap.mode, kRdx, static_cast<uint32_t>(value >> 32), &out.regs);
+  Complete(trap, insn, &out);
   Tag(index, d, &out);
   return out;
 }
@@ -141,8 +139,7 @@ Outcome WrmsrDecided(const Trap& trap, const Instruction& insn,
   auto violates = [&](uint64_t current) {
     return ((value ^ current) & ~d.writable_mask) != 0;
   };
-  Outcome out;
-  out.regs = trap.regs;
+  Outcome out(trap.regs);
   switch (d.write) {
     case MsrWrite::kGp:
       return Raise(trap, Vector::kGP);
@@ -211,8 +208,7 @@ Outcome Cpuid(const Trap& trap, const Instruction& insn, Domain& domain,
   const CpuidRegs r =
       domain.Cpuid(static_cast<uint32_t>(trap.regs.gpr[kRax]),
                    static_cast<uint32_t>(trap.regs.gpr[kRcx]), host);
-  Outcome out;
-  out.regs = trap.regs;
+  Outcome out(trap.regs);
   Set32(trap.mode, kRax, r.eax, &out.regs);
   Set32(trap.mode, kRbx, r.ebx, &out.regs);
   Set32(trap.mode, kRcx, r.ecx, &out.regs);
@@ -224,8 +220,7 @@ Outcome Cpuid(const Trap& trap, const Instruction& insn, Domain& domain,
 Outcome Rdtsc(const Trap& trap, const Instruction& insn, Domain& domain,
               Host& host) {
   const uint64_t tsc = domain.GuestTsc(trap.host_tsc, host);
-  Outcome out;
-  out.regs = trap.regs;
+  Outcome out(trap.regs);
   Set32(trap.mode, kRax, static_cast<uint32_t>(tsc), &out.regs);
   Set32(trap.mode, kRdx, static_cast<uint32_t>(tsc >> 32), &out.regs);
   if (insn.kind == InsnKind::kRdtscp) {
@@ -248,8 +243,7 @@ Outcome PortIo(const Trap& trap, const Instruction& insn, Domain& domain) {
                             ? insn.port
                             : static_cast<uint16_t>(trap.regs.gpr[kRdx]);
   const uint8_t width = insn.operand_size / 8;
-  Outcome out;
-  out.regs = trap.regs;
+  Outcome out(trap.regs);
   out.msr_or_port = port;
   // There is no device model: an allowed port with nothing behind it floats
   // high and swallows writes, exactly like a port outside the domain's
