@@ -38,8 +38,10 @@ absl::Status Failed(const char* call, uint32_t domain) {
   int err = LastErrno();
   return absl::FailedPreconditionError(absl::StrCat(
       call, " failed for domain ", domain, ": ", ErrnoText(err),
-      err == EOPNOTSUPP || err == ENODEV
-          ? " (the monitor interface needs an HVM or PVH domain)"
+      err == EOPNOTSUPP || err == ENODEV || err == EINVAL
+          ? " (Xen monitors only HVM or PVH domains that have vCPUs and a "
+            "monitor ring page, HVM_PARAM_MONITOR_RING_PFN, and never the "
+            "calling domain)"
           : err == EBUSY ? " (another monitor, e.g. xen-access, holds the ring)"
                          : ""));
 }

@@ -166,7 +166,19 @@ else
   fail "rdmsr 0x10 through pvemud: '$v' not within ['$t1', '$t2']"
 fi
 
-# 7. A policy edit is accepted, and survives a restart of the daemon.
+# 7. pvemu's vm_event ring code against Xen: an empty HVM domain is monitored
+#    (ring mapped, event channel bound, MOV_TO_MSR subscribed), closed and
+#    reopened; dom0 itself is refused with a message.
+timeout 60 /usr/bin/xen-monitor-probe >/tmp/out 2>&1
+rc=$?
+sed 's/^/  > /' /tmp/out
+if [ $rc = 0 ] && grep -q 'MONITOR PROBE OK' /tmp/out; then
+  pass "vm_event: OpenXenMonitorChannel opens, waits, closes and reopens on an HVM domain; refuses dom0"
+else
+  fail "vm_event probe (exit $rc)"
+fi
+
+# 8. A policy edit is accepted, and survives a restart of the daemon.
 if ctl policy set-rule --domain=5 --msr=0x1b0 --read=ZERO; then
   pass "policy set-rule --domain=5 --msr=0x1b0 --read=ZERO accepted"
 else

@@ -12,7 +12,9 @@
 #   PVEMU_XEN_WORK      initramfs, xen image, serial log (default $PVEMU_XEN_CACHE/work)
 #   PVEMU_E2E_TIMEOUT   bound on the whole run, seconds (default 600)
 #   PVEMU_E2E_QEMU_TIMEOUT  bound on the QEMU boot, seconds (default 420)
-#   PVEMU_E2E_CPU       QEMU -cpu model (default qemu64; `max` crashes dom0)
+#   PVEMU_E2E_CPU       QEMU -cpu model (default qemu64,+svm,+npt: SVM and
+#                       nested paging give Xen HVM with HAP, which the
+#                       vm_event check needs; `max` crashes dom0)
 #
 # Packages it needs (qemu-system-x86, cpio) are installed with apt-get; the
 # Xen hypervisor, the kernel and busybox-static are fetched with
@@ -32,7 +34,7 @@ BUILD=${PVEMU_BUILD_DIR:-$ROOT/build}
 CACHE=${PVEMU_XEN_CACHE:-/var/cache/pvemu-xen-e2e}
 WORK=${PVEMU_XEN_WORK:-$CACHE/work}
 QEMU_TIMEOUT=${PVEMU_E2E_QEMU_TIMEOUT:-420}
-CPU_MODEL=${PVEMU_E2E_CPU:-qemu64}
+CPU_MODEL=${PVEMU_E2E_CPU:-qemu64,+svm,+npt}
 START=$(date +%s)
 
 step() { echo "==> [$(( $(date +%s) - START ))s] $*"; }
@@ -106,13 +108,12 @@ moddir=$CACHE/kernel/lib/modules/$kver
 
 # --- 2. pvemu ------------------------------------------------------------------
 step "build pvemud, pvemuctl in $BUILD"
-if [ -f "$BUILD/build.ninja" ]; then
-  ninja -C "$BUILD" -j"${PVEMU_JOBS:-2}" server/pvemud client/pvemuctl | tail -1
-elif [ "$BUILD" = "$ROOT/build" ]; then
-  "$ROOT/scripts/build"
-else
-  die "$BUILD is not a configured meson build dir"
+# As scripts/build (configure once with -Dwerror=true), but only the two
+# binaries and at most PVEMU_JOBS (2) compile jobs.
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" "$ROOT" -Dwerror=true | tail -3
 fi
+ninja -C "$BUILD" -j"${PVEMU_JOBS:-2}" server/pvemud client/pvemuctl | tail -1
 for b in server/pvemud client/pvemuctl; do
   [ -x "$BUILD/$b" ] || die "$BUILD/$b missing after the build"
 done
@@ -120,8 +121,13 @@ done
   die "pvemud is built without Xen (libxen-dev missing at configure time?); reconfigure with -Dxen=enabled"
 
 mkdir -p "$WORK"
-step "build the reference probe xen-msr-probe (gcc, libxenctrl)"
+step "build the probes: xen-msr-probe (gcc, libxenctrl), xen-monitor-probe (pvemu's vm_event ring code)"
 cc -O2 -Wall -Wextra -Werror -o "$WORK/xen-msr-probe" "$ROOT/tests/xen/msr_probe.c" -lxenctrl
+# shellcheck disable=SC2046
+c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -DPVEMU_HAVE_XEN=1 -I"$ROOT" \
+  -o "$WORK/xen-monitor-probe" "$ROOT/tests/xen/monitor_probe.cc" \
+  "$ROOT/server/hosts/xen_vm_event_libxc.cc" \
+  $(pkg-config --cflags --libs absl_status absl_statusor absl_strings) -lxenctrl -lxenevtchn
 
 # --- 3. initramfs --------------------------------------------------------------
 step "initramfs: busybox, kernel modules, pvemud, pvemuctl and their libraries"
@@ -160,7 +166,8 @@ done >"$IR/etc/e2e-modules"
 echo "    modules: $(tr '\n' ' ' <"$IR/etc/e2e-modules")"
 
 # Binaries and every library ldd lists, plus the dynamic loader.
-cp "$BUILD/server/pvemud" "$BUILD/client/pvemuctl" "$WORK/xen-msr-probe" "$IR/usr/bin/"
+cp "$BUILD/server/pvemud" "$BUILD/client/pvemuctl" "$WORK/xen-msr-probe" \
+   "$WORK/xen-monitor-probe" "$IR/usr/bin/"
 libs=$(for b in "$IR"/usr/bin/*; do ldd "$b"; done |
        sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (0x.*/\1/p' | sort -u)
 nlibs=0
