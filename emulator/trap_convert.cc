@@ -5,37 +5,6 @@
 #include "absl/strings/str_format.h"
 
 namespace pvemu::emulator {
-namespace {
-
-// Registers in x86 encoding order, as pointers-to-member of the message's
-// accessors, so the two conversions cannot drift apart.
-using Getter = uint64_t (pvemu::v1::Registers::*)() const;
-using Setter = void (pvemu::v1::Registers::*)(uint64_t);
-struct RegField {
-  Getter get;
-  Setter set;
-};
-constexpr RegField kGprFields[16] = {
-    {&pvemu::v1::Registers::rax, &pvemu::v1::Registers::set_rax},
-    {&pvemu::v1::Registers::rcx, &pvemu::v1::Registers::set_rcx},
-    {&pvemu::v1::Registers::rdx, &pvemu::v1::Registers::set_rdx},
-    {&pvemu::v1::Registers::rbx, &pvemu::v1::Registers::set_rbx},
-    {&pvemu::v1::Registers::rsp, &pvemu::v1::Registers::set_rsp},
-    {&pvemu::v1::Registers::rbp, &pvemu::v1::Registers::set_rbp},
-    {&pvemu::v1::Registers::rsi, &pvemu::v1::Registers::set_rsi},
-    {&pvemu::v1::Registers::rdi, &pvemu::v1::Registers::set_rdi},
-    {&pvemu::v1::Registers::r8, &pvemu::v1::Registers::set_r8},
-    {&pvemu::v1::Registers::r9, &pvemu::v1::Registers::set_r9},
-    {&pvemu::v1::Registers::r10, &pvemu::v1::Registers::set_r10},
-    {&pvemu::v1::Registers::r11, &pvemu::v1::Registers::set_r11},
-    {&pvemu::v1::Registers::r12, &pvemu::v1::Registers::set_r12},
-    {&pvemu::v1::Registers::r13, &pvemu::v1::Registers::set_r13},
-    {&pvemu::v1::Registers::r14, &pvemu::v1::Registers::set_r14},
-    {&pvemu::v1::Registers::r15, &pvemu::v1::Registers::set_r15},
-};
-
-}  // namespace
-
 Mode ModeFromProto(pvemu::v1::CpuMode mode) {
   switch (mode) {
     case pvemu::v1::MODE_REAL:
@@ -63,15 +32,34 @@ pvemu::v1::CpuMode ModeToProto(Mode mode) {
   return pvemu::v1::MODE_64;
 }
 
+// Registers in x86 encoding order (the index into Regs::gpr).
 void RegsFromProto(const pvemu::v1::Registers& msg, Regs* regs) {
-  for (int i = 0; i < 16; ++i) regs->gpr[i] = (msg.*kGprFields[i].get)();
+  const uint64_t gpr[16] = {msg.rax(), msg.rcx(), msg.rdx(), msg.rbx(), msg.rsp(), msg.rbp(),
+                            msg.rsi(), msg.rdi(), msg.r8(),  msg.r9(),  msg.r10(), msg.r11(),
+                            msg.r12(), msg.r13(), msg.r14(), msg.r15()};
+  std::memcpy(regs->gpr, gpr, sizeof(gpr));
   regs->rip = msg.rip();
   // RFLAGS bit 1 is reserved and always reads as 1.
   regs->rflags = msg.rflags() | 0x2;
 }
 
 void RegsToProto(const Regs& regs, pvemu::v1::Registers* msg) {
-  for (int i = 0; i < 16; ++i) (msg->*kGprFields[i].set)(regs.gpr[i]);
+  msg->set_rax(regs.gpr[kRax]);
+  msg->set_rcx(regs.gpr[kRcx]);
+  msg->set_rdx(regs.gpr[kRdx]);
+  msg->set_rbx(regs.gpr[kRbx]);
+  msg->set_rsp(regs.gpr[kRsp]);
+  msg->set_rbp(regs.gpr[kRbp]);
+  msg->set_rsi(regs.gpr[kRsi]);
+  msg->set_rdi(regs.gpr[kRdi]);
+  msg->set_r8(regs.gpr[kR8]);
+  msg->set_r9(regs.gpr[kR9]);
+  msg->set_r10(regs.gpr[kR10]);
+  msg->set_r11(regs.gpr[kR11]);
+  msg->set_r12(regs.gpr[kR12]);
+  msg->set_r13(regs.gpr[kR13]);
+  msg->set_r14(regs.gpr[kR14]);
+  msg->set_r15(regs.gpr[kR15]);
   msg->set_rip(regs.rip);
   msg->set_rflags(regs.rflags);
 }
