@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
+#include "tests/bench/policy_gen.h"
 #include "policy/compile.h"
 #include "policy/shipped.h"
 #include "policy/loader.h"
@@ -19,56 +20,15 @@
 namespace pvemu::policy {
 namespace {
 
-// A policy of `rules` rules, half single MSRs and half ranges, spread over
-// the index space so the hash map and the interval table both grow.
-v1::Policy MakePolicy(int rules) {
-  v1::Policy p;
-  v1::Layer* d = p.mutable_default_();
-  d->set_vpmu(true);
-  for (int i = 0; i < rules / 2; ++i) {
-    v1::MsrRule* r = d->add_msr();
-    r->set_msr(absl::StrFormat("0x%x", 0x100000 + i * 16));
-    r->set_read(v1::ReadAction::CONST);
-    r->set_value(i);
-  }
-  for (int i = 0; i < rules - rules / 2; ++i) {
-    v1::MsrRule* r = d->add_msr();
-    uint32_t first = 0x40000000u + i * 64;
-    r->mutable_range()->set_first(absl::StrFormat("0x%x", first));
-    r->mutable_range()->set_last(absl::StrFormat("0x%x", first + 31));
-    r->set_read(v1::ReadAction::ZERO);
-    r->set_write(v1::WriteAction::IGNORE);
-  }
-  return p;
-}
-
-// `count` indices (a power of two) that hit singles, hit ranges and miss
-// both, drawn from the whole table, in a fixed shuffle.
-std::vector<uint32_t> MakeProbes(int rules, int count) {
-  std::mt19937 rng(42);
-  std::vector<uint32_t> probes;
-  int singles = std::max(1, rules / 2), ranges = std::max(1, rules - rules / 2);
-  for (int i = 0; i < count; ++i) {
-    switch (i % 4) {
-      case 0: probes.push_back(0x100000 + (rng() % singles) * 16); break;            // single
-      case 1: probes.push_back(0x40000000u + (rng() % ranges) * 64 + rng() % 32); break;  // range
-      case 2: probes.push_back(0x40000000u + (rng() % ranges) * 64 + 40); break;     // gap: miss
-      default: probes.push_back(0x100000 + (rng() % singles) * 16 + 3); break;       // miss
-    }
-  }
-  std::shuffle(probes.begin(), probes.end(), rng);
-  return probes;
-}
-
 void LookupLoop(benchmark::State& state, int probe_count) {
   int rules = static_cast<int>(state.range(0));
-  auto snap = CompilePolicy(MakePolicy(rules), SourceMap("bench"), v1::INTEL, 1);
+  auto snap = CompilePolicy(::pvemu::bench::MakeRulesPolicy(rules), SourceMap("bench"), v1::INTEL, 1);
   if (!snap.ok()) {
     state.SkipWithError("compile failed");
     return;
   }
   const DomainSnapshot& d = (*snap)->ForDomain(1);
-  std::vector<uint32_t> probes = MakeProbes(rules, probe_count);
+  std::vector<uint32_t> probes = ::pvemu::bench::MakeRuleProbes(rules, probe_count);
   size_t i = 0;
   for (auto _ : state) {
     const MsrEntry& e = d.Lookup(probes[i]);
