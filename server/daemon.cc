@@ -24,6 +24,8 @@
 #include "server/hosts/xen_host.h"
 #include "server/listener.h"
 #include "server/services.h"
+#include "server/xen_monitor.h"
+#include "server/hosts/xen_vm_event.h"
 
 namespace pvemu::server {
 namespace {
@@ -64,6 +66,9 @@ class DaemonImpl final : public Daemon {
   void Shutdown() override {
     if (shut_down_) return;
     shut_down_ = true;
+    // First release every guest vCPU the monitors hold (they answer what is
+    // still on their rings), then stop serving.
+    for (auto& monitor : monitors_) monitor->Stop();
     if (listener_ != nullptr) listener_->Stop();
     audit_.Shutdown();
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
@@ -78,6 +83,7 @@ class DaemonImpl final : public Daemon {
   }
 
   absl::Status Init(const DaemonOptions& options, std::vector<std::string>* warnings);
+  absl::Status StartMonitors(const DaemonOptions& options);
 
  private:
   void OnEdit(const policy::EditEvent& edit);
@@ -91,6 +97,7 @@ class DaemonImpl final : public Daemon {
   AuditHub audit_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<TrapCapture> capture_;
+  std::vector<std::unique_ptr<XenMonitor>> monitors_;
   PeerTable peers_;
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<PolicyServiceImpl> policy_service_;
@@ -210,7 +217,31 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
         " (address in use, or not an address this host has)"));
   }
   if (listener_ != nullptr) listener_->Start(server_.get(), &peers_);
+  return StartMonitors(options);
+}
+
+absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
+  if (options.monitor_domains.empty()) return absl::OkStatus();
+  if (options.monitor_msrs.empty()) {
+    return absl::InvalidArgumentError(
+        "--monitor-domain needs --monitor-msrs: the MSRs whose writes to decide");
+  }
+  if (dynamic_cast<XenHost*>(host_.get()) == nullptr) {
+    return absl::InvalidArgumentError(
+        "--monitor-domain watches Xen's vm_event ring: it needs --host=xen");
+  }
+#ifdef PVEMU_HAVE_XEN
+  for (uint32_t domain : options.monitor_domains) {
+    ASSIGN_OR_RETURN(std::unique_ptr<VmEventChannel> channel,
+                     OpenXenMonitorChannel(domain, options.monitor_msrs));
+    monitors_.push_back(std::make_unique<XenMonitor>(*dispatcher_, *store_, std::move(channel)));
+    monitors_.back()->Start();
+  }
   return absl::OkStatus();
+#else
+  return absl::UnimplementedError(
+      "built without Xen support: install libxen-dev and reconfigure with -Dxen=enabled");
+#endif
 }
 
 }  // namespace

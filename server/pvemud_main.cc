@@ -5,9 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/marshalling.h"
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "policy/catalog.h"
 #include "server/daemon.h"
 
 ABSL_FLAG(std::string, host, "sim", "host backend: sim | xen | linux");
@@ -32,6 +36,10 @@ ABSL_FLAG(std::string, tls_key, "", "TCP: server private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "", "TCP: CA that signs client certificates (PEM)");
 ABSL_FLAG(std::string, capture, "",
           "record every trap and its outcome to this trap log (.traps or .textproto); off by default");
+ABSL_FLAG(std::vector<std::string>, monitor_domain, {},
+          "xen: HVM domains whose MSR writes to watch on Xen's vm_event ring (comma-separated)");
+ABSL_FLAG(std::vector<std::string>, monitor_msrs, {},
+          "xen: the MSRs (names or numbers, comma-separated) whose writes --monitor-domain decides");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
 
 namespace {
@@ -83,6 +91,23 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.capture = absl::GetFlag(FLAGS_capture);
+
+  for (const std::string& d : absl::GetFlag(FLAGS_monitor_domain)) {
+    uint32_t id = 0;
+    if (!absl::SimpleAtoi(d, &id)) {
+      std::fprintf(stderr, "pvemud: --monitor-domain: '%s' is not a domain id\n", d.c_str());
+      return 2;
+    }
+    options.monitor_domains.push_back(id);
+  }
+  for (const std::string& m : absl::GetFlag(FLAGS_monitor_msrs)) {
+    absl::StatusOr<uint32_t> msr = pvemu::policy::ParseMsr(m);
+    if (!msr.ok()) {
+      std::fprintf(stderr, "pvemud: --monitor-msrs: %s\n", std::string(msr.status().message()).c_str());
+      return 2;
+    }
+    options.monitor_msrs.push_back(*msr);
+  }
 
   std::vector<std::string> warnings;
   auto daemon = pvemu::server::Daemon::Start(options, &warnings);
