@@ -20,6 +20,7 @@
 #include "server/audit.h"
 #include "server/auth.h"
 #include "server/dispatch.h"
+#include "server/fault_logging_host.h"
 #include "server/hosts/open_host.h"
 #include "server/hosts/xen_host.h"
 #include "server/listener.h"
@@ -92,7 +93,8 @@ class DaemonImpl final : public Daemon {
   std::string state_dir_;
   bool host_writes_ = false;
   bool shut_down_ = false;
-  std::unique_ptr<emulator::Host> host_;
+  std::unique_ptr<emulator::Host> host_;  // the backend behind a FaultLoggingHost
+  emulator::Host* raw_host_ = nullptr;    // the backend itself
   std::unique_ptr<policy::Store> store_;
   AuditHub audit_;
   std::unique_ptr<Dispatcher> dispatcher_;
@@ -159,7 +161,9 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
 
   HostOptions host_options;
   host_options.profile_path = options.host_profile;
-  ASSIGN_OR_RETURN(host_, OpenHost(options.host, host_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<emulator::Host> host, OpenHost(options.host, host_options));
+  raw_host_ = host.get();
+  host_ = std::make_unique<FaultLoggingHost>(std::move(host));
 
   if (!state_dir_.empty()) {
     std::error_code ec;
@@ -182,7 +186,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
 
   LiveDomainsFn live;
-  if (auto* xen = dynamic_cast<XenHost*>(host_.get()); xen != nullptr) live = XenDomains(xen);
+  if (auto* xen = dynamic_cast<XenHost*>(raw_host_); xen != nullptr) live = XenDomains(xen);
   policy_service_ = std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live));
   emulator_service_ = std::make_unique<EmulatorServiceImpl>(
       *dispatcher_, *auth_, std::string(host_->description()));
@@ -226,7 +230,7 @@ absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
     return absl::InvalidArgumentError(
         "--monitor-domain needs --monitor-msrs: the MSRs whose writes to decide");
   }
-  if (dynamic_cast<XenHost*>(host_.get()) == nullptr) {
+  if (dynamic_cast<XenHost*>(raw_host_) == nullptr) {
     return absl::InvalidArgumentError(
         "--monitor-domain watches Xen's vm_event ring: it needs --host=xen");
   }

@@ -4,11 +4,16 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pvemu/textproto.h"
+#include "server/fault_logging_host.h"
+#include "server/hosts/sim_host.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
@@ -135,6 +140,56 @@ TEST_F(FaultsTest, DamagedStateFileIsReportedByNameAndTheLastGoodPolicyKept) {
     ASSERT_TRUE(SetRule(1, "0x12", &edit).ok());
     StopDaemon();
   }
+}
+
+TEST_F(FaultsTest, HostMsrFaultGivesTheGuestGpAndIsLoggedOnce) {
+  // An Intel profile whose ENERGY_PERF_BIAS faults on the host (a firmware
+  // lock, a missing msr driver): the default policy passes reads through.
+  const std::string profile = dir_ + "/faulty.textproto";
+  {
+    std::ofstream out(profile);
+    out << "name: \"faulty Intel\" vendor: INTEL family: 6 model: 0x9e cpus: 2 tsc_khz: 3000000\n"
+           "msr { msr: \"IA32_ENERGY_PERF_BIAS\" faults: true }\n";
+  }
+  options_.host_profile = profile;
+  StartDaemon();
+  for (int i = 0; i < 3; ++i) {
+    v1::Trap trap;
+    trap.set_insn(std::string("\x0f\x32", 2));
+    trap.mutable_regs()->set_rcx(0x1b0);
+    grpc::ClientContext context;
+    v1::Outcome outcome;
+    ASSERT_TRUE(emulator_->Emulate(&context, trap, &outcome).ok());
+    EXPECT_EQ(outcome.kind(), v1::Outcome::EXCEPTION);
+    EXPECT_EQ(outcome.exception().vector(), v1::GP);
+  }
+}
+
+TEST(FaultLoggingHostTest, LogsTheFirstFaultOfEachMsrOnly) {
+  v1::HostProfile profile;
+  ASSERT_TRUE(ParseTextProto("name: \"p\" vendor: AMD cpus: 1 "
+                             "msr { msr: \"0x10\" value: 5 }",
+                             "p", &profile)
+                  .ok());
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* log = open_memstream(&text, &size);
+  {
+    server::FaultLoggingHost host(std::move(server::SimHost::Create(profile, "p")).value(), log);
+    uint64_t value = 0;
+    EXPECT_TRUE(host.ReadMsr(0, 0x10, &value));
+    EXPECT_EQ(value, 5u);
+    EXPECT_FALSE(host.ReadMsr(0, 0x1b0, &value));
+    EXPECT_FALSE(host.ReadMsr(1, 0x1b0, &value));
+    EXPECT_FALSE(host.WriteMsr(0, 0x1b0, 1));
+    EXPECT_EQ(host.reported(), 2u);  // read 0x1b0, write 0x1b0
+  }
+  std::fclose(log);
+  std::string logged(text, size);
+  free(text);
+  EXPECT_THAT(logged, HasSubstr("host read of MSR 0x1b0 faulted"));
+  EXPECT_THAT(logged, HasSubstr("host write of MSR 0x1b0 faulted"));
+  EXPECT_EQ(std::count(logged.begin(), logged.end(), '\n'), 2);
 }
 
 }  // namespace
