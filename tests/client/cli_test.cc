@@ -1,0 +1,153 @@
+// pvemuctl as scripts use it: exit statuses (0 ok, 1 invalid input, 2 usage,
+// 3 unreachable), error messages that say what and where, JSON Lines output.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/daemon_fixture.h"
+
+namespace pvemu::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int status;
+  std::string output;  // stdout and stderr
+};
+
+// Runs pvemuctl with `args` (shell words) and optional stdin text.
+CliRun Pvemuctl(const std::string& args, const std::string& input = "") {
+  std::string cmd = std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/client/pvemuctl " + args;
+  if (!input.empty()) {
+    std::string file = MakeTempDir() + "/stdin";
+    std::ofstream(file) << input;
+    cmd += " < " + file;
+  }
+  cmd += " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(CliTest, UsageErrorsExitTwoAndSayWhat) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"", "Usage: pvemuctl COMMAND"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"decode --bogus-flag 0f32", "unknown flag --bogus_flag"},
+      {"-o yaml decode 0f32", "use -o text or -o json"},
+      {"decode", "decode needs HEX"},
+      {"decode --mode=48 0f32", "--mode=48: use 64, 32, 16 or real"},
+      {"explain --msr=0x10", "explain needs --domain=N and --msr=MSR"},
+      {"emulate --domain=1", "emulate needs --domain=N and --bytes=HEX"},
+      {"import some.log", "import needs --out=FILE"},
+      {"replay", "replay needs TRAPLOG"},
+      {"policy", "policy needs one of"},
+      {"policy frob", "unknown policy command 'frob'"},
+      {"domains extra", "domains takes no arguments"},
+      {"decode --timeout", "--timeout needs a value"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = Pvemuctl(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << c.args;
+  }
+}
+
+TEST(CliTest, InvalidValuesExitOneAndNameTheFlag) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"explain --domain=abc --msr=0x10", "--domain: 'abc' is not a number"},
+      {"explain --domain=1 --msr=IA32_ENERGY_PERF_BAIS", "did you mean IA32_ENERGY_PERF_BIAS"},
+      {"explain --domain=1 --msr=0x10 --host-vendor=via", "unknown vendor 'via'"},
+      {"explain --domain=1 --msr=0x10 --write=0x1ffffffffffffffff", "--write"},
+      {"emulate --domain=1 --bytes=0f3", "odd number of hex digits"},
+      {"emulate --domain=1 --bytes=0f32 --rcx=zz", "--rcx: 'zz' is not a number"},
+      {"emulate --domain=99999999999 --bytes=0f32", "does not fit in 32 bits"},
+      {"emulate --domain=1 --bytes=0f32 --host=nosuch", "neither a file nor a shipped profile"},
+      {"emulate --domain=1 --bytes=0f32 --policy=nosuch", "neither a file nor a shipped policy"},
+      {"replay /nonexistent/log.traps", "/nonexistent/log.traps"},
+      {"import --out=x.csv /dev/null", "x.csv"},
+      {"decode 0f32 zz", "not a hex digit"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = Pvemuctl(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << c.args;
+  }
+}
+
+TEST(CliTest, UnreachableServerExitsThree) {
+  CliRun r = Pvemuctl("--server=unix:///nonexistent/pvemu.sock --timeout=2 policy get");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cannot reach pvemud at unix:///nonexistent/pvemu.sock"));
+}
+
+TEST(CliTest, TcpServerWithoutCertificatesIsRefusedBeforeConnecting) {
+  CliRun r = Pvemuctl("--server=127.0.0.1:1 stats");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("only over TLS"));
+}
+
+TEST(CliTest, BatchDecodeAnswersEveryLineAndNeverStops) {
+  CliRun r = Pvemuctl("-o json decode -", "0f 32\nzz\n\nf0 0f 32\n90\n0f\n66 ed\n");
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::vector<std::string> lines = absl::StrSplit(r.output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << r.output;
+  EXPECT_THAT(lines[0], HasSubstr("\"mnemonic\":\"rdmsr\""));
+  EXPECT_THAT(lines[1], HasSubstr("\"privileged\":false"));
+  EXPECT_THAT(lines[2], HasSubstr("\"exception\":\"UD\""));
+  EXPECT_THAT(lines[3], HasSubstr("\"exception\":null"));
+  EXPECT_THAT(lines[4], HasSubstr("truncated"));
+  EXPECT_THAT(lines[5], HasSubstr("\"operand_size\":16"));
+}
+
+TEST(CliTest, ValidateReportsFileLineColumnAndExitsOne) {
+  std::string dir = MakeTempDir();
+  std::ofstream(dir + "/bad.textproto") << "default {\n  msr { msr: \"0x10\" read: CONST }\n}\n";
+  std::ofstream(dir + "/good.textproto") << "default { unknown_msr: UNKNOWN_GP }\n";
+  CliRun r = Pvemuctl("validate " + dir + "/good.textproto " + dir + "/bad.textproto");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(dir + "/good.textproto: ok"));
+  EXPECT_THAT(r.output, HasSubstr(dir + "/bad.textproto:2:"));
+}
+
+TEST(CliTest, ExplainJsonFollowsTheContract) {
+  CliRun r = Pvemuctl("-o json explain --host-vendor=amd --domain=0 --msr=IA32_ENERGY_PERF_BIAS");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* field : {"\"domain\":0", "\"msr\":\"0x1b0\"", "\"name\":\"IA32_ENERGY_PERF_BIAS\"",
+                            "\"access\":\"read\"", "\"action\":\"ZERO\"", "\"value\":\"0x0\"",
+                            "\"layer\":\"default\"", "\"source\":\"default.textproto:"}) {
+    EXPECT_THAT(r.output, HasSubstr(field));
+  }
+}
+
+TEST(CliTest, EmulateJsonGivesRegistersAfterTheTrap) {
+  CliRun r = Pvemuctl("-o json emulate --domain=0 --bytes='0f 32' --rcx=IA32_ENERGY_PERF_BIAS --rip=0x1000");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\"outcome\":\"COMPLETED\""));
+  EXPECT_THAT(r.output, HasSubstr("\"mnemonic\":\"rdmsr\""));
+  EXPECT_THAT(r.output, HasSubstr("\"rax\":\"0x6\""));
+  EXPECT_THAT(r.output, HasSubstr("\"rip\":\"0x1002\""));
+  EXPECT_THAT(r.output, HasSubstr("\"exception\":null"));
+}
+
+}  // namespace
+}  // namespace pvemu::testing
