@@ -195,14 +195,22 @@ absl::Status PolicyGet() {
   return absl::OkStatus();
 }
 
+// The layer (--domain, optional) and the policy text (-f FILE) of an apply
+// or diff request, which share those fields.
+template <typename Request>
+absl::Status FillFromPolicyFile(Request* request) {
+  bool has_layer = false;
+  RETURN_IF_ERROR(ParseLayer(false, request->mutable_layer(), &has_layer));
+  if (!has_layer) request->clear_layer();
+  std::string name;
+  RETURN_IF_ERROR(ReadPolicyFlag(request->mutable_textproto(), &name));
+  request->set_source_name(name);
+  return absl::OkStatus();
+}
+
 absl::Status PolicyApply() {
   v1::ApplyPolicyRequest request;
-  bool has_layer = false;
-  RETURN_IF_ERROR(ParseLayer(false, request.mutable_layer(), &has_layer));
-  if (!has_layer) request.clear_layer();
-  std::string name;
-  RETURN_IF_ERROR(ReadPolicyFlag(request.mutable_textproto(), &name));
-  request.set_source_name(name);
+  RETURN_IF_ERROR(FillFromPolicyFile(&request));
   ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
   request.set_if_generation(if_generation);
   ASSIGN_OR_RETURN(auto stub, PolicyStub());
@@ -216,12 +224,7 @@ absl::Status PolicyApply() {
 
 absl::Status PolicyDiff() {
   v1::DiffPolicyRequest request;
-  bool has_layer = false;
-  RETURN_IF_ERROR(ParseLayer(false, request.mutable_layer(), &has_layer));
-  if (!has_layer) request.clear_layer();
-  std::string name;
-  RETURN_IF_ERROR(ReadPolicyFlag(request.mutable_textproto(), &name));
-  request.set_source_name(name);
+  RETURN_IF_ERROR(FillFromPolicyFile(&request));
   ASSIGN_OR_RETURN(auto stub, PolicyStub());
   grpc::ClientContext context;
   SetDeadline(&context);
