@@ -110,10 +110,9 @@ class DomainView final : public emulator::Domain {
 // One session's counters: written only by its thread (relaxed stores, no
 // read-modify-write), read by Stats() from any thread.
 struct Dispatcher::Session::Counters {
-  std::atomic<uint64_t> traps{0};
-  std::atomic<uint64_t> completed{0};
-  std::atomic<uint64_t> exceptions{0};
-  std::atomic<uint64_t> unhandled{0};
+  // Indexed by OutcomeKind (1..3); the trap count is their sum, so a trap
+  // costs one counter update.
+  std::atomic<uint64_t> by_kind[4] = {};
   std::atomic<uint64_t> decode_errors{0};
 };
 
@@ -143,12 +142,15 @@ TrapStats Dispatcher::Stats() const {
   TrapStats s;
   absl::MutexLock lock(&mu_);
   for (const auto& c : counters_) {
-    s.traps += c->traps.load(std::memory_order_relaxed);
-    s.completed += c->completed.load(std::memory_order_relaxed);
-    s.exceptions += c->exceptions.load(std::memory_order_relaxed);
-    s.unhandled += c->unhandled.load(std::memory_order_relaxed);
+    const auto kind = [&](emulator::OutcomeKind k) {
+      return c->by_kind[static_cast<int>(k)].load(std::memory_order_relaxed);
+    };
+    s.completed += kind(emulator::OutcomeKind::kCompleted);
+    s.exceptions += kind(emulator::OutcomeKind::kException);
+    s.unhandled += kind(emulator::OutcomeKind::kUnhandled);
     s.decode_errors += c->decode_errors.load(std::memory_order_relaxed);
   }
+  s.traps = s.completed + s.exceptions + s.unhandled;
   return s;
 }
 
@@ -179,19 +181,8 @@ emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
   emulator::Outcome out =
       emulator::DecodeAndEmulate(trap, view, owner_->host_, &decoded, &decode_error);
   if constexpr (kHooks) {
-    Bump(counters_->traps);
+    Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
     if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
-    switch (out.kind) {
-      case emulator::OutcomeKind::kCompleted:
-        Bump(counters_->completed);
-        break;
-      case emulator::OutcomeKind::kException:
-        Bump(counters_->exceptions);
-        break;
-      case emulator::OutcomeKind::kUnhandled:
-        Bump(counters_->unhandled);
-        break;
-    }
     // Audit: off unless the decision asked for it and someone listens.
     if ((out.audit || out.unknown_msr) && owner_->audit_ != nullptr &&
         owner_->audit_->wants_traps()) {
