@@ -124,6 +124,17 @@ std::string ServerAddress() {
   return "unix:///run/pvemu/pvemu.sock";
 }
 
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach pvemud at ", ServerAddress(), ": ", status.error_message(),
+        " (is pvemud running? set --server or $PVEMU_SERVER)"));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect() {
   std::string address = ServerAddress();
   grpc::ChannelArguments args;

@@ -15,6 +15,7 @@
 
 namespace grpc {
 class Channel;
+class Status;
 }
 
 namespace pvemu::client {
@@ -64,6 +65,10 @@ int UsageError(absl::string_view message);
 
 // The daemon address: --server, else $PVEMU_SERVER, else the default socket.
 std::string ServerAddress();
+// A gRPC status as an absl::Status; UNAVAILABLE becomes "cannot reach
+// pvemud at ADDR: ..." (exit 3 through Fail()).
+absl::Status FromGrpc(const grpc::Status& status);
+
 // A channel to pvemud (unix:// insecure with peer credentials; host:port TLS
 // with --tls-ca/--tls-cert/--tls-key).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect();

@@ -71,17 +71,7 @@ absl::Status Explain() {
     if (write.has_value()) request.set_write_value(*write);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::Status status = stub->Explain(&context, request, &response);
-    if (!status.ok()) {
-      return absl::Status(status.error_code() == grpc::StatusCode::UNAVAILABLE
-                              ? absl::StatusCode::kUnavailable
-                              : static_cast<absl::StatusCode>(status.error_code()),
-                          absl::StrCat(status.error_code() == grpc::StatusCode::UNAVAILABLE
-                                           ? absl::StrCat("cannot reach pvemud at ",
-                                                          ServerAddress(), ": ")
-                                           : "",
-                                       status.error_message()));
-    }
+    RETURN_IF_ERROR(FromGrpc(stub->Explain(&context, request, &response)));
     PrintExplanation(response);
     return absl::OkStatus();
   }

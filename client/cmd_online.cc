@@ -24,17 +24,6 @@
 namespace pvemu::client {
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach pvemud at ", ServerAddress(), ": ", status.error_message(),
-        " (is pvemud running? set --server or $PVEMU_SERVER)"));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
 // A context with the --timeout deadline.
 void SetDeadline(grpc::ClientContext* context) {
   absl::StatusOr<uint64_t> seconds = ParseNumber(absl::GetFlag(FLAGS_timeout), "--timeout");

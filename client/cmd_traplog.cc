@@ -216,15 +216,11 @@ absl::Status ReplayThroughServer(const Args& logs, ReplaySummary* summary) {
       in_flight.clear();
     }
     sender.join();
-    grpc::Status status = stream->Finish();
-    if (!status.ok()) {
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        return absl::UnavailableError(absl::StrCat("cannot reach pvemud at ", ServerAddress(),
-                                                   ": ", status.error_message()));
-      }
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          absl::StrCat(log, ": ", status.error_message()));
+    absl::Status finished = FromGrpc(stream->Finish());
+    if (!finished.ok() && !absl::IsUnavailable(finished)) {
+      return absl::Status(finished.code(), absl::StrCat(log, ": ", finished.message()));
     }
+    RETURN_IF_ERROR(finished);
     RETURN_IF_ERROR(read_status);
     (void)sent_all;
   }
