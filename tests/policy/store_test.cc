@@ -239,13 +239,13 @@ TEST(Store, UnwritableStateDirKeepsThePreviousPolicy) {
   std::string file = dir.path() + "/plainfile";
   WriteAll(file, "x");
   auto store = OpenOk(file + "/state");
-  EXPECT_THAT(store->SetRule(LayerRef::Default(), Rule("0x10", R::ZERO), {}),
+  EXPECT_THAT(store->SetRule(LayerRef::Default(), Rule("0x4321", R::ZERO), {}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "cannot save the policy: create " + file +
                            "/state/policy.textproto.tmp: Not a directory; the previous policy "
                            "stays in force and on disk"));
   EXPECT_EQ(store->generation(), 1u);
-  EXPECT_TRUE(store->Current()->ForDomain(1).Lookup(0x10).unknown);
+  EXPECT_TRUE(store->Current()->ForDomain(1).Lookup(0x4321).unknown);
 }
 
 TEST(Store, ReadOnlyStateDir) {
