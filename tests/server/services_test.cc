@@ -451,7 +451,14 @@ TEST_F(ServicesTest, HealthAndReflectionAnswerStandardClients) {
 // Runs pvemuctl as another user against the daemon and returns its exit
 // status and stderr.
 std::pair<int, std::string> RunAs(uid_t uid, const std::vector<std::string>& args) {
-  std::string pvemuctl = std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/client/pvemuctl";
+  // The build tree may sit below a directory other users cannot enter, so
+  // the other user runs a copy from a world-readable temp dir.
+  const std::string bin_dir = MakeTempDir();
+  chmod(bin_dir.c_str(), 0755);
+  std::string pvemuctl = bin_dir + "/pvemuctl";
+  std::filesystem::copy_file(std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/client/pvemuctl",
+                             pvemuctl);
+  chmod(pvemuctl.c_str(), 0755);
   std::string err_path = MakeTempDir() + "/stderr";
   pid_t pid = fork();
   if (pid == 0) {
@@ -473,6 +480,7 @@ std::pair<int, std::string> RunAs(uid_t uid, const std::vector<std::string>& arg
   std::ifstream in(err_path);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   std::filesystem::remove_all(std::filesystem::path(err_path).parent_path());
+  std::filesystem::remove_all(bin_dir);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
 }
 
