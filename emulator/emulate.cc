@@ -10,20 +10,18 @@ inline uint32_t Iopl(const Regs& regs) {
   return static_cast<uint32_t>((regs.rflags >> 12) & 3);
 }
 
-Outcome Unhandled(const Trap& trap) {
-  Outcome out(trap.regs);
-  out.kind = OutcomeKind::kUnhandled;
-  return out;
-}
+// One Outcome is built per trap, starting as the trap's registers, and every
+// path below marks it in place (completed, an exception, or unhandled); the
+// public functions return that one object, so it is never copied.
+void Unhandled(Outcome* out) { out->kind = OutcomeKind::kUnhandled; }
 
-Outcome Raise(const Trap& trap, Vector vector) {
-  Outcome out(trap.regs);
-  out.kind = OutcomeKind::kException;
-  out.vector = vector;
+// REQUIRES: out->regs still holds the trap's registers.
+void Raise(Outcome* out, Vector vector) {
+  out->kind = OutcomeKind::kException;
+  out->vector = vector;
   // #GP carries an error code (0 here: no selector involved); #UD has none.
-  out.has_error_code = vector == Vector::kGP;
-  out.error_code = 0;
-  return out;
+  out->has_error_code = vector == Vector::kGP;
+  out->error_code = 0;
 }
 
 // Marks `out` completed: RIP past the instruction, wrapped to the width of
@@ -109,28 +107,24 @@ void Tag(uint32_t index, const MsrDecision& d, Outcome* out) {
   out->unknown_msr = d.unknown;
 }
 
-Outcome Rdmsr(const Trap& trap, const Instruction& insn, Domain& domain,
-              Host& host) {
-  if (!PrivilegeOk(trap)) return Raise(trap, Vector::kGP);
+void Rdmsr(const Trap& trap, const Instruction& insn, Domain& domain,
+           Host& host, Outcome* out) {
+  if (!PrivilegeOk(trap)) return Raise(out, Vector::kGP);
   const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
   const MsrDecision& d = domain.Msr(index);
+  Tag(index, d, out);
   uint64_t value = 0;
   if (!ReadMsrValue(trap, index, d, domain, host, &value)) {
-    Outcome out = Raise(trap, Vector::kGP);
-    Tag(index, d, &out);
-    return out;
+    return Raise(out, Vector::kGP);
   }
-  Outcome out(trap.regs);
-  Set32(trap.mode, kRax, static_cast<uint32_t>(value), &out.regs);
-  Set32(trap.mode, kRdx, static_cast<uint32_t>(value >> 32), &out.regs);
-  Complete(trap, insn, &out);
-  Tag(index, d, &out);
-  return out;
+  Set32(trap.mode, kRax, static_cast<uint32_t>(value), &out->regs);
+  Set32(trap.mode, kRdx, static_cast<uint32_t>(value >> 32), &out->regs);
+  Complete(trap, insn, out);
 }
 
-Outcome WrmsrDecided(const Trap& trap, const Instruction& insn,
-                     uint32_t index, const MsrDecision& d, Domain& domain,
-                     Host& host) {
+void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
+                  const MsrDecision& d, Domain& domain, Host& host,
+                  Outcome* out) {
   const uint64_t value = ((trap.regs.gpr[kRdx] & kLow32) << 32) |
                          (trap.regs.gpr[kRax] & kLow32);
   const bool masked = d.writable_mask != ~uint64_t{0};
@@ -139,16 +133,15 @@ Outcome WrmsrDecided(const Trap& trap, const Instruction& insn,
   auto violates = [&](uint64_t current) {
     return ((value ^ current) & ~d.writable_mask) != 0;
   };
-  Outcome out(trap.regs);
   switch (d.write) {
     case MsrWrite::kGp:
-      return Raise(trap, Vector::kGP);
+      return Raise(out, Vector::kGP);
     case MsrWrite::kIgnore: {
       if (masked) {
         uint64_t current = 0;
         if (!ReadMsrValue(trap, index, d, domain, host, &current)) current = 0;
         if (violates(current) && !d.drop_reserved) {
-          return Raise(trap, Vector::kGP);
+          return Raise(out, Vector::kGP);
         }
       }
       break;
@@ -156,7 +149,7 @@ Outcome WrmsrDecided(const Trap& trap, const Instruction& insn,
     case MsrWrite::kShadow: {
       bool fresh = false;
       uint64_t* reg = domain.Shadow(trap.vcpu, index, &fresh);
-      if (reg == nullptr) return Raise(trap, Vector::kGP);
+      if (reg == nullptr) return Raise(out, Vector::kGP);
       if (fresh) {
         uint64_t init = d.value;
         if (d.value_from_host && !host.ReadMsr(trap.vcpu, index, &init)) {
@@ -165,64 +158,59 @@ Outcome WrmsrDecided(const Trap& trap, const Instruction& insn,
         *reg = init;
       }
       if (masked && violates(*reg)) {
-        if (!d.drop_reserved) return Raise(trap, Vector::kGP);
+        if (!d.drop_reserved) return Raise(out, Vector::kGP);
         break;  // dropped: the instruction completes, nothing changes
       }
       *reg = value;
       break;
     }
     case MsrWrite::kPassthrough: {
-      if (!d.host_write_allowed) return Raise(trap, Vector::kGP);
+      if (!d.host_write_allowed) return Raise(out, Vector::kGP);
       if (masked) {
         uint64_t current = 0;
         // A write-only MSR has no readable state: bits outside the mask
         // must then be written as 0.
         if (!host.ReadMsr(trap.vcpu, index, &current)) current = 0;
         if (violates(current)) {
-          if (!d.drop_reserved) return Raise(trap, Vector::kGP);
+          if (!d.drop_reserved) return Raise(out, Vector::kGP);
           break;
         }
       }
       if (!host.WriteMsr(trap.vcpu, index, value)) {
-        return Raise(trap, Vector::kGP);
+        return Raise(out, Vector::kGP);
       }
       break;
     }
   }
-  Complete(trap, insn, &out);
-  return out;
+  Complete(trap, insn, out);
 }
 
-Outcome Wrmsr(const Trap& trap, const Instruction& insn, Domain& domain,
-              Host& host) {
-  if (!PrivilegeOk(trap)) return Raise(trap, Vector::kGP);
+void Wrmsr(const Trap& trap, const Instruction& insn, Domain& domain,
+           Host& host, Outcome* out) {
+  if (!PrivilegeOk(trap)) return Raise(out, Vector::kGP);
   const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
   const MsrDecision& d = domain.Msr(index);
-  Outcome out = WrmsrDecided(trap, insn, index, d, domain, host);
-  Tag(index, d, &out);
-  return out;
+  Tag(index, d, out);
+  WrmsrDecided(trap, insn, index, d, domain, host, out);
 }
 
-Outcome Cpuid(const Trap& trap, const Instruction& insn, Domain& domain,
-              Host& host) {
+void Cpuid(const Trap& trap, const Instruction& insn, Domain& domain,
+           Host& host, Outcome* out) {
   const CpuidRegs r =
       domain.Cpuid(static_cast<uint32_t>(trap.regs.gpr[kRax]),
                    static_cast<uint32_t>(trap.regs.gpr[kRcx]), host);
-  Outcome out(trap.regs);
-  Set32(trap.mode, kRax, r.eax, &out.regs);
-  Set32(trap.mode, kRbx, r.ebx, &out.regs);
-  Set32(trap.mode, kRcx, r.ecx, &out.regs);
-  Set32(trap.mode, kRdx, r.edx, &out.regs);
-  Complete(trap, insn, &out);
-  return out;
+  Set32(trap.mode, kRax, r.eax, &out->regs);
+  Set32(trap.mode, kRbx, r.ebx, &out->regs);
+  Set32(trap.mode, kRcx, r.ecx, &out->regs);
+  Set32(trap.mode, kRdx, r.edx, &out->regs);
+  Complete(trap, insn, out);
 }
 
-Outcome Rdtsc(const Trap& trap, const Instruction& insn, Domain& domain,
-              Host& host) {
+void Rdtsc(const Trap& trap, const Instruction& insn, Domain& domain,
+           Host& host, Outcome* out) {
   const uint64_t tsc = domain.GuestTsc(trap.host_tsc, host);
-  Outcome out(trap.regs);
-  Set32(trap.mode, kRax, static_cast<uint32_t>(tsc), &out.regs);
-  Set32(trap.mode, kRdx, static_cast<uint32_t>(tsc >> 32), &out.regs);
+  Set32(trap.mode, kRax, static_cast<uint32_t>(tsc), &out->regs);
+  Set32(trap.mode, kRdx, static_cast<uint32_t>(tsc >> 32), &out->regs);
   if (insn.kind == InsnKind::kRdtscp) {
     // TSC_AUX as RDMSR would read it; a read that would #GP leaves ECX 0
     // (RDTSCP itself does not fault on it).
@@ -231,26 +219,25 @@ Outcome Rdtsc(const Trap& trap, const Instruction& insn, Domain& domain,
                       &aux)) {
       aux = 0;
     }
-    Set32(trap.mode, kRcx, static_cast<uint32_t>(aux), &out.regs);
+    Set32(trap.mode, kRcx, static_cast<uint32_t>(aux), &out->regs);
   }
-  Complete(trap, insn, &out);
-  return out;
+  Complete(trap, insn, out);
 }
 
-Outcome PortIo(const Trap& trap, const Instruction& insn, Domain& domain) {
-  if (!IoplOk(trap)) return Raise(trap, Vector::kGP);
+void PortIo(const Trap& trap, const Instruction& insn, Domain& domain,
+            Outcome* out) {
+  if (!IoplOk(trap)) return Raise(out, Vector::kGP);
   const uint16_t port = insn.has_imm_port
                             ? insn.port
                             : static_cast<uint16_t>(trap.regs.gpr[kRdx]);
   const uint8_t width = insn.operand_size / 8;
-  Outcome out(trap.regs);
-  out.msr_or_port = port;
+  out->msr_or_port = port;
   // There is no device model: an allowed port with nothing behind it floats
   // high and swallows writes, exactly like a port outside the domain's
   // ranges. The policy is still asked so a device model slots in here.
   (void)domain.PortAllowed(port, width);
   if (insn.kind == InsnKind::kIn) {
-    uint64_t& rax = out.regs.gpr[kRax];
+    uint64_t& rax = out->regs.gpr[kRax];
     switch (width) {
       case 1:
         rax |= 0xff;
@@ -259,40 +246,37 @@ Outcome PortIo(const Trap& trap, const Instruction& insn, Domain& domain) {
         rax |= 0xffff;
         break;
       default:
-        Set32(trap.mode, kRax, 0xffffffffu, &out.regs);
+        Set32(trap.mode, kRax, 0xffffffffu, &out->regs);
         break;
     }
   }
-  Complete(trap, insn, &out);
-  return out;
+  Complete(trap, insn, out);
 }
 
-}  // namespace
-
-Outcome Emulate(const Trap& trap, const Instruction& insn, Domain& domain,
-                Host& host) {
+void EmulateInto(const Trap& trap, const Instruction& insn, Domain& domain,
+                 Host& host, Outcome* out) {
   switch (insn.kind) {
     case InsnKind::kRdmsr:
-      return Rdmsr(trap, insn, domain, host);
+      return Rdmsr(trap, insn, domain, host, out);
     case InsnKind::kWrmsr:
-      return Wrmsr(trap, insn, domain, host);
+      return Wrmsr(trap, insn, domain, host, out);
     case InsnKind::kCpuid:
-      return Cpuid(trap, insn, domain, host);
+      return Cpuid(trap, insn, domain, host, out);
     case InsnKind::kRdtsc:
     case InsnKind::kRdtscp:
-      return Rdtsc(trap, insn, domain, host);
+      return Rdtsc(trap, insn, domain, host, out);
     case InsnKind::kRdpmc:
-      if (!PrivilegeOk(trap) || !domain.vpmu()) return Raise(trap, Vector::kGP);
-      return Unhandled(trap);  // no counters are emulated
+      if (!PrivilegeOk(trap) || !domain.vpmu()) return Raise(out, Vector::kGP);
+      return Unhandled(out);  // no counters are emulated
     case InsnKind::kIn:
     case InsnKind::kOut:
-      return PortIo(trap, insn, domain);
+      return PortIo(trap, insn, domain, out);
     case InsnKind::kIns:
     case InsnKind::kOuts:
     case InsnKind::kCli:
     case InsnKind::kSti:
-      if (!IoplOk(trap)) return Raise(trap, Vector::kGP);
-      return Unhandled(trap);
+      if (!IoplOk(trap)) return Raise(out, Vector::kGP);
+      return Unhandled(out);
     case InsnKind::kMovFromCr:
     case InsnKind::kMovToCr:
     case InsnKind::kMovFromDr:
@@ -306,10 +290,19 @@ Outcome Emulate(const Trap& trap, const Instruction& insn, Domain& domain,
     case InsnKind::kHlt:
     case InsnKind::kXsetbv:
     case InsnKind::kSwapgs:
-      if (!PrivilegeOk(trap)) return Raise(trap, Vector::kGP);
-      return Unhandled(trap);
+      if (!PrivilegeOk(trap)) return Raise(out, Vector::kGP);
+      return Unhandled(out);
   }
-  return Unhandled(trap);
+  return Unhandled(out);
+}
+
+}  // namespace
+
+Outcome Emulate(const Trap& trap, const Instruction& insn, Domain& domain,
+                Host& host) {
+  Outcome out(trap.regs);
+  EmulateInto(trap, insn, domain, host, &out);
+  return out;
 }
 
 Outcome DecodeAndEmulate(const Trap& trap, Domain& domain, Host& host,
@@ -318,13 +311,19 @@ Outcome DecodeAndEmulate(const Trap& trap, Domain& domain, Host& host,
                                                      : kMaxInsnLength;
   const DecodeResult r = Decode(trap.insn, len, trap.mode);
   if (error_out != nullptr) *error_out = r.error;
+  Outcome out(trap.regs);
   if (!r.ok()) {
     Vector vector;
-    if (DecodeErrorVector(r.error, &vector)) return Raise(trap, vector);
-    return Unhandled(trap);
+    if (DecodeErrorVector(r.error, &vector)) {
+      Raise(&out, vector);
+    } else {
+      Unhandled(&out);
+    }
+    return out;
   }
   if (decoded_out != nullptr) *decoded_out = r.insn;
-  return Emulate(trap, r.insn, domain, host);
+  EmulateInto(trap, r.insn, domain, host, &out);
+  return out;
 }
 
 }  // namespace pvemu::emulator
