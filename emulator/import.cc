@@ -58,6 +58,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "pvemu/status_macros.h"
+#include "pvemu/textproto.h"
 
 namespace pvemu::emulator {
 namespace {
@@ -737,29 +738,28 @@ FtraceHeader ParseFtraceHeader(absl::string_view h) {
   return out;
 }
 
-// Finds "WORD VALUE" in a kvm_exit/kvm_cpuid body.
-bool FieldHex(absl::string_view body, absl::string_view word, uint64_t* v) {
+// Finds "WORD VALUE" in a kvm_exit/kvm_cpuid body: the first whole-word
+// WORD followed by blanks and a value `consume` accepts.
+template <typename T>
+bool Field(absl::string_view body, absl::string_view word, T* v,
+           bool (*consume)(absl::string_view*, T*)) {
   for (size_t pos = body.find(word); pos != absl::string_view::npos;
        pos = body.find(word, pos + 1)) {
     if (pos > 0 && IsWordChar(body[pos - 1])) continue;
     absl::string_view rest = body.substr(pos + word.size());
     if (rest.empty() || (rest[0] != ' ' && rest[0] != '\t')) continue;
     SkipSpaces(&rest);
-    if (ConsumeHex(&rest, v)) return true;
+    if (consume(&rest, v)) return true;
   }
   return false;
 }
 
+bool FieldHex(absl::string_view body, absl::string_view word, uint64_t* v) {
+  return Field(body, word, v, &ConsumeHex);
+}
+
 bool FieldDec(absl::string_view body, absl::string_view word, uint32_t* v) {
-  for (size_t pos = body.find(word); pos != absl::string_view::npos;
-       pos = body.find(word, pos + 1)) {
-    if (pos > 0 && IsWordChar(body[pos - 1])) continue;
-    absl::string_view rest = body.substr(pos + word.size());
-    if (rest.empty() || (rest[0] != ' ' && rest[0] != '\t')) continue;
-    SkipSpaces(&rest);
-    if (ConsumeDec32(&rest, v)) return true;
-  }
-  return false;
+  return Field(body, word, v, &ConsumeDec32);
 }
 
 class FtraceParser {
@@ -1125,14 +1125,8 @@ absl::StatusOr<ImportStats> ImportLog(absl::string_view format,
 absl::StatusOr<ImportStats> ImportLogFile(absl::string_view format,
                                           const std::string& path,
                                           const TrapSink& sink) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    std::string why = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(why);
-    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(why);
-    return absl::UnavailableError(why);
-  }
+  std::ifstream in;
+  RETURN_IF_ERROR(OpenForReading(path, &in));
   return ImportLog(format, in, path, sink);
 }
 

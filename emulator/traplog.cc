@@ -375,10 +375,8 @@ TrapLogReader::~TrapLogReader() = default;
 absl::StatusOr<std::unique_ptr<TrapLogReader>> TrapLogReader::Open(
     const std::string& path) {
   ASSIGN_OR_RETURN(TrapLogEncoding encoding, TrapLogEncodingForPath(path));
-  auto file = std::make_unique<std::ifstream>(path, std::ios::binary);
-  if (!*file) {
-    return ErrnoStatus(errno, absl::StrCat(path, ": cannot open"));
-  }
+  auto file = std::make_unique<std::ifstream>();
+  RETURN_IF_ERROR(OpenForReading(path, file.get()));
   std::unique_ptr<TrapLogReader> r(new TrapLogReader(encoding, path));
   if (encoding == TrapLogEncoding::kBinary) {
     std::istream* in = file.get();

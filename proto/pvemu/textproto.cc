@@ -56,15 +56,20 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view source_nam
   return absl::InvalidArgumentError(absl::StrJoin(collector.errors(), "\n"));
 }
 
+absl::Status OpenForReading(const std::string& path, std::ifstream* in) {
+  in->open(path, std::ios::binary);
+  if (*in) return absl::OkStatus();
+  int err = errno;
+  std::string why = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(why);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(why);
+  return absl::UnavailableError(why);
+}
+
 absl::Status ReadFileToString(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    std::string why = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(why);
-    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(why);
-    return absl::UnavailableError(why);
-  }
+  std::ifstream in;
+  absl::Status opened = OpenForReading(path, &in);
+  if (!opened.ok()) return opened;
   std::ostringstream buf;
   buf << in.rdbuf();
   if (in.bad()) {

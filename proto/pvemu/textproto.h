@@ -3,6 +3,7 @@
 #ifndef PVEMU_TEXTPROTO_H_
 #define PVEMU_TEXTPROTO_H_
 
+#include <fstream>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -24,6 +25,10 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view source_nam
 absl::Status ParseTextProtoFile(const std::string& path,
                                 google::protobuf::Message* msg,
                                 google::protobuf::TextFormat::ParseInfoTree* info = nullptr);
+
+// Opens `path` for binary reading. NotFound / PermissionDenied / Unavailable
+// name the file and give the errno text.
+absl::Status OpenForReading(const std::string& path, std::ifstream* in);
 
 // Reads a whole file. Errors name the file and the reason (errno text).
 absl::Status ReadFileToString(const std::string& path, std::string* out);
