@@ -175,7 +175,6 @@ absl::Status ReplayThroughServer(const Args& logs, ReplaySummary* summary) {
     auto stream = stub->EmulateStream(&context);
     absl::Mutex mu;
     std::deque<v1::TrapRecord> in_flight;  // guarded by mu
-    bool sent_all = false;                 // guarded by mu
     absl::Status read_status;              // written by the sender only
     std::thread sender([&] {
       v1::TrapRecord rec;
@@ -194,8 +193,6 @@ absl::Status ReplayThroughServer(const Args& logs, ReplaySummary* summary) {
         if (!stream->Write(rec.trap())) break;
       }
       stream->WritesDone();
-      absl::MutexLock lock(&mu);
-      sent_all = true;
     });
     v1::Outcome outcome;
     int64_t index = 0;
@@ -222,7 +219,6 @@ absl::Status ReplayThroughServer(const Args& logs, ReplaySummary* summary) {
     }
     RETURN_IF_ERROR(finished);
     RETURN_IF_ERROR(read_status);
-    (void)sent_all;
   }
   progress.Done();
   return absl::OkStatus();

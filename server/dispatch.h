@@ -109,7 +109,6 @@ class Dispatcher {
 
   emulator::Host& host() const { return host_; }
   const policy::Store& store() const { return store_; }
-  ShadowStore& shadow() { return shadow_; }
 
  private:
   const policy::Store& store_;
