@@ -23,6 +23,12 @@ bool AuditSubscription::Next(v1::AuditEvent* event, absl::Time deadline) {
   if (queue_.empty()) return false;
   *event = std::move(queue_.front());
   queue_.pop_front();
+  // Trap events this watcher lost to a full queue are told with the next
+  // trap event it does get.
+  if (event->has_trap() && dropped_ > 0) {
+    event->mutable_trap()->set_suppressed(event->trap().suppressed() + dropped_);
+    dropped_ = 0;
+  }
   return true;
 }
 
