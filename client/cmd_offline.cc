@@ -21,6 +21,7 @@
 #include "policy/vendor.h"
 #include "pvemu/status_macros.h"
 #include "pvemu/v1/service.grpc.pb.h"
+#include "server/services.h"
 
 namespace pvemu::client {
 namespace {
@@ -83,16 +84,9 @@ absl::Status Explain() {
     vendor = host->vendor();
   }
   ASSIGN_OR_RETURN(auto store, StoreFromFlags(vendor));
-  policy::Explanation e = policy::ExplainMsr(*store->Current(), domain, msr, write);
-  response.set_domain(e.domain);
-  response.set_msr(e.msr);
-  response.set_name(e.name);
-  response.set_access(e.access());
-  response.set_action(e.action);
-  if (e.value.has_value()) response.set_value(*e.value);
-  response.set_layer(e.layer);
-  response.set_source(e.source);
-  response.set_detail(e.detail);
+  std::shared_ptr<const policy::Snapshot> snapshot = store->Current();
+  server::ExplanationToProto(policy::ExplainMsr(*snapshot, domain, msr, write), *snapshot,
+                             &response);
   PrintExplanation(response);
   return absl::OkStatus();
 }

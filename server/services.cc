@@ -90,6 +90,20 @@ grpc::Status ToGrpc(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+void ExplanationToProto(const policy::Explanation& e, const policy::Snapshot& snapshot,
+                        v1::ExplainResponse* response) {
+  response->set_domain(e.domain);
+  response->set_msr(e.msr);
+  response->set_name(e.name);
+  response->set_access(e.access());
+  response->set_action(e.action);
+  if (e.value.has_value()) response->set_value(*e.value);
+  response->set_layer(e.layer);
+  response->set_source(e.source);
+  response->set_generation(snapshot.generation());
+  response->set_detail(e.detail);
+}
+
 grpc::Status PolicyServiceImpl::GetPolicy(grpc::ServerContext* context,
                                           const v1::GetPolicyRequest* request,
                                           v1::GetPolicyResponse* response) {
@@ -238,16 +252,7 @@ grpc::Status PolicyServiceImpl::Explain(grpc::ServerContext* context,
   std::optional<uint64_t> write;
   if (request->has_write_value()) write = request->write_value();
   policy::Explanation e = policy::ExplainMsr(*snap, request->domain(), *msr, write);
-  response->set_domain(e.domain);
-  response->set_msr(e.msr);
-  response->set_name(e.name);
-  response->set_access(e.access());
-  response->set_action(e.action);
-  if (e.value.has_value()) response->set_value(*e.value);
-  response->set_layer(e.layer);
-  response->set_source(e.source);
-  response->set_generation(snap->generation());
-  response->set_detail(e.detail);
+  ExplanationToProto(e, *snap, response);
   return grpc::Status::OK;
 }
 

@@ -26,6 +26,11 @@ using LiveDomainsFn = std::function<absl::StatusOr<std::vector<v1::DomainInfo>>(
 
 grpc::Status ToGrpc(const absl::Status& status);
 
+// The Explain answer for an explanation of `snapshot` (pvemuctl explain uses
+// it offline too, so both print the same fields).
+void ExplanationToProto(const policy::Explanation& e, const policy::Snapshot& snapshot,
+                        v1::ExplainResponse* response);
+
 class PolicyServiceImpl final : public v1::PolicyService::Service {
  public:
   PolicyServiceImpl(policy::Store& store, const Authorizer& auth, LiveDomainsFn live)
