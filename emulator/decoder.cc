@@ -84,20 +84,6 @@ inline DecodeError Need(size_t end, size_t len) {
   return DecodeError::kTooLong;
 }
 
-inline DecodeResult Fail(DecodeError error, size_t offset) {
-  DecodeResult r;
-  r.error = error;
-  r.error_offset = static_cast<uint8_t>(offset);
-  return r;
-}
-
-// A fetch failure at `end`: the first byte that could not be read.
-inline DecodeResult FailFetch(DecodeError error, size_t len) {
-  return Fail(error, error == DecodeError::kTooLong
-                         ? static_cast<size_t>(kMaxInsnLength)
-                         : len);
-}
-
 // The end offset of a memory operand whose ModRM byte is at `modrm_at`
 // (mod != 3), or an error. Only the raw rm/base bits matter for the layout:
 // REX.B selects registers, not forms (RIP-relative and SIB stay as they are).
@@ -157,7 +143,58 @@ inline DecodeError MemoryOperand(const uint8_t* bytes, size_t len,
 
 }  // namespace
 
+namespace {
+
+// The sizes an instruction without prefixes has in each mode, indexed by Mode.
+constexpr uint8_t kDefaultOperandSize[] = {16, 16, 32, 32};
+constexpr uint8_t kDefaultAddressSize[] = {16, 16, 32, 64};
+
+// The general path: any prefixes, any opcode. Fills *out only on success.
+DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
+                          Instruction* out, uint8_t* error_offset);
+
+}  // namespace
+
+DecodeError DecodeInto(const uint8_t* bytes, size_t len, Mode mode,
+                       Instruction* insn, uint8_t* error_offset) {
+  // Fast path for the bulk of traps: an unprefixed 0F xx with no operands
+  // (RDMSR, WRMSR, CPUID, RDTSC, ...). One table load decides it; the result
+  // is written whole so readers of single fields are not stalled on it.
+  if (len >= 2 && bytes[0] == 0x0F) {
+    const uint8_t simple = kSimpleTwoByte[bytes[1]];
+    if (simple != 0) {
+      Instruction d;
+      d.kind = static_cast<InsnKind>(simple - 1);
+      d.length = 2;
+      d.operand_size = kDefaultOperandSize[static_cast<uint8_t>(mode) & 3];
+      d.address_size = kDefaultAddressSize[static_cast<uint8_t>(mode) & 3];
+      *insn = d;
+      return DecodeError::kOk;
+    }
+  }
+  return DecodeGeneral(bytes, len, mode, insn, error_offset);
+}
+
 DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
+  DecodeResult r;
+  r.error = DecodeInto(bytes, len, mode, &r.insn, &r.error_offset);
+  return r;
+}
+
+namespace {
+
+DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
+                          Instruction* out, uint8_t* error_offset) {
+  // Errors report where decoding stopped.
+  const auto Fail = [error_offset](DecodeError error, size_t offset) {
+    *error_offset = static_cast<uint8_t>(offset);
+    return error;
+  };
+  const auto FailFetch = [&Fail](DecodeError error, size_t len) {
+    return Fail(error, error == DecodeError::kTooLong
+                           ? static_cast<size_t>(kMaxInsnLength)
+                           : len);
+  };
   // Phase 1: legacy prefixes and REX, in any order and repeated.
   size_t i = 0;
   uint8_t prefixes = 0;
@@ -241,9 +278,8 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
       if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
       insn.kind = static_cast<InsnKind>(simple - 1);
       insn.length = static_cast<uint8_t>(i + 1);
-      DecodeResult r;
-      r.insn = insn;
-      return r;
+      *out = insn;
+      return DecodeError::kOk;
     }
   }
   bool needs_np = false;  // the SDM marks it NP: 66/F2/F3 make it #UD
@@ -305,9 +341,8 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
                                    : reg < 8;
           if (!valid) return Fail(DecodeError::kInvalidRegister, opcode_at);
           insn.length = static_cast<uint8_t>(i);
-          DecodeResult r;
-          r.insn = insn;
-          return r;
+          *out = insn;
+          return DecodeError::kOk;
         }
         case 0x01: {
           const DecodeError e2 = Need(i + 1, len);
@@ -370,10 +405,11 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
     return Fail(DecodeError::kInvalidPrefix, opcode_at);
   }
   insn.length = static_cast<uint8_t>(i);
-  DecodeResult r;
-  r.insn = insn;
-  return r;
+  *out = insn;
+  return DecodeError::kOk;
 }
+
+}  // namespace
 
 absl::string_view DecodeErrorMessage(DecodeError error) {
   switch (error) {

@@ -64,6 +64,13 @@ struct DecodeResult {
 // min(len, 15) bytes.
 DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode);
 
+// The same for the trap path: writes the instruction into *insn on success
+// (and leaves it alone otherwise) and the failing byte offset into
+// *error_offset on error, so the caller's Instruction is filled in place
+// rather than copied out of a returned DecodeResult.
+DecodeError DecodeInto(const uint8_t* bytes, size_t len, Mode mode,
+                       Instruction* insn, uint8_t* error_offset);
+
 // A sentence saying what is wrong, Zydis-style: "The instruction exceeded the
 // maximum length of 15 bytes."
 absl::string_view DecodeErrorMessage(DecodeError error);

@@ -309,20 +309,23 @@ Outcome DecodeAndEmulate(const Trap& trap, Domain& domain, Host& host,
                          Instruction* decoded_out, DecodeError* error_out) {
   const size_t len = trap.insn_len <= kMaxInsnLength ? trap.insn_len
                                                      : kMaxInsnLength;
-  const DecodeResult r = Decode(trap.insn, len, trap.mode);
-  if (error_out != nullptr) *error_out = r.error;
+  // Decoded straight into the caller's Instruction when it wants one.
+  Instruction local;
+  Instruction* insn = decoded_out != nullptr ? decoded_out : &local;
+  uint8_t error_offset = 0;
+  const DecodeError error = DecodeInto(trap.insn, len, trap.mode, insn, &error_offset);
+  if (error_out != nullptr) *error_out = error;
   Outcome out(trap.regs);
-  if (!r.ok()) {
+  if (error != DecodeError::kOk) {
     Vector vector;
-    if (DecodeErrorVector(r.error, &vector)) {
+    if (DecodeErrorVector(error, &vector)) {
       Raise(&out, vector);
     } else {
       Unhandled(&out);
     }
     return out;
   }
-  if (decoded_out != nullptr) *decoded_out = r.insn;
-  EmulateInto(trap, r.insn, domain, host, &out);
+  EmulateInto(trap, *insn, domain, host, &out);
   return out;
 }
 

@@ -56,10 +56,17 @@ bool IsPmuMsr(uint32_t msr) {
 }
 
 const CpuidDecision* DomainSnapshot::Cpuid(uint32_t leaf, uint32_t subleaf) const {
-  auto exact = cpuid_exact_.find(uint64_t{leaf} << 32 | subleaf);
-  if (exact != cpuid_exact_.end()) return &exact->second;
-  auto any = cpuid_any_.find(leaf);
-  if (any != cpuid_any_.end()) return &any->second;
+  // One probe answers the common case, a leaf the policy does not mention.
+  auto kinds = cpuid_leaf_kinds_.find(leaf);
+  if (kinds == cpuid_leaf_kinds_.end()) return nullptr;
+  if (kinds->second & kCpuidHasExact) {
+    auto exact = cpuid_exact_.find(uint64_t{leaf} << 32 | subleaf);
+    if (exact != cpuid_exact_.end()) return &exact->second;
+  }
+  if (kinds->second & kCpuidHasAny) {
+    auto any = cpuid_any_.find(leaf);
+    if (any != cpuid_any_.end()) return &any->second;
+  }
   return nullptr;
 }
 
@@ -349,6 +356,12 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
       snap->cpuid_any_.emplace(c.leaf(), cpuid_of(c, path));
     }
   }
+  for (const auto& [key, d] : snap->cpuid_exact_) {
+    snap->cpuid_leaf_kinds_[static_cast<uint32_t>(key >> 32)] |= DomainSnapshot::kCpuidHasExact;
+  }
+  for (const auto& [leaf, d] : snap->cpuid_any_) {
+    snap->cpuid_leaf_kinds_[leaf] |= DomainSnapshot::kCpuidHasAny;
+  }
 
   // MSR rules.
   std::vector<Cand> cands;
@@ -381,27 +394,13 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
 
   interned_.clear();
   interned_.emplace(EntryKey(snap->entries_[0]), 0);
+  std::vector<MsrIndex::Interval> intervals;
+  intervals.reserve(all.size());
   for (const Seg& s : all) {
-    snap->range_first_.push_back(s.first);
-    snap->range_last_.push_back(s.last);
-    snap->range_entry_.push_back(Intern(Materialize(s.d, *snap), snap.get()));
+    intervals.push_back({s.first, s.last, Intern(Materialize(s.d, *snap), snap.get())});
   }
-  // The page index over the intervals (see DomainSnapshot::Lookup).
-  absl::flat_hash_set<uint32_t> pages;
-  for (size_t i = 0; i < snap->range_last_.size(); ++i) {
-    pages.insert(snap->range_first_[i] >> DomainSnapshot::kRangePageShift);
-    pages.insert(snap->range_last_[i] >> DomainSnapshot::kRangePageShift);
-  }
-  for (uint32_t page : pages) {
-    uint32_t start = page << DomainSnapshot::kRangePageShift;
-    uint32_t end = start + ((1u << DomainSnapshot::kRangePageShift) - 1);
-    auto begin = std::lower_bound(snap->range_last_.begin(), snap->range_last_.end(), start);
-    auto stop = std::upper_bound(snap->range_first_.begin(), snap->range_first_.end(), end);
-    snap->range_pages_.emplace(
-        page, std::make_pair(static_cast<uint32_t>(begin - snap->range_last_.begin()),
-                             static_cast<uint32_t>(stop - snap->range_first_.begin())));
-  }
-  snap->singles_.reserve(singles.size());
+  std::vector<std::pair<uint32_t, uint32_t>> single_entries;
+  single_entries.reserve(singles.size());
   for (auto& [msr, list] : singles) {
     std::sort(list.begin(), list.end(), MoreSpecific());
     // Order: vpmu-off, domain singles, domain ranges, default singles,
@@ -427,8 +426,9 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
         d.write = step.write;
       }
     }
-    snap->singles_.emplace(msr, Intern(Materialize(d, *snap), snap.get()));
+    single_entries.emplace_back(msr, Intern(Materialize(d, *snap), snap.get()));
   }
+  snap->index_ = MsrIndex::Build(single_entries, std::move(intervals), 0);
   return snap;
 }
 
@@ -441,8 +441,8 @@ uint32_t Compiler::Intern(const MsrEntry& e, DomainSnapshot* snap) {
 
 std::vector<DomainSnapshot::Interval> DomainSnapshot::ranges() const {
   std::vector<Interval> out;
-  for (size_t i = 0; i < range_last_.size(); ++i) {
-    out.push_back(Interval{range_first_[i], range_last_[i], entries_[range_entry_[i]]});
+  for (const MsrIndex::Interval& r : index_.intervals()) {
+    out.push_back(Interval{r.first, r.last, entries_[r.decision]});
   }
   return out;
 }

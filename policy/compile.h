@@ -35,6 +35,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "policy/msr_index.h"
 #include "policy/source_map.h"
 #include "pvemu/v1/policy.pb.h"
 
@@ -88,32 +89,9 @@ struct DomainContext {
 class DomainSnapshot {
  public:
   // The decision for an MSR; never fails (unknown MSRs get the fallback).
-  // One hash probe, then on a miss one binary search over the ranges.
-  const MsrEntry& Lookup(uint32_t msr) const {
-    auto it = singles_.find(msr);
-    if (it != singles_.end()) return entries_[it->second];
-    if (range_last_.empty()) return entries_[0];
-    // Narrow the interval search to the ones touching this 256-MSR page (one
-    // more hash probe), so lookup cost does not grow with the policy. A page
-    // without an interval boundary searches all intervals.
-    size_t lo = 0, n = range_last_.size();
-    auto page = range_pages_.find(msr >> kRangePageShift);
-    if (page != range_pages_.end()) {
-      lo = page->second.first;
-      n = page->second.second - lo;
-      if (n == 0) return entries_[0];
-    }
-    // Branchless lower bound: the first interval whose last >= msr.
-    const uint32_t* base = range_last_.data() + lo;
-    while (n > 1) {
-      size_t half = n / 2;
-      base = base[half - 1] < msr ? base + half : base;
-      n -= half;
-    }
-    size_t i = static_cast<size_t>(base - range_last_.data()) + (*base < msr ? 1 : 0);
-    if (i < range_last_.size() && range_first_[i] <= msr) return entries_[range_entry_[i]];
-    return entries_[0];
-  }
+  // One probe of the exact-MSR table, then on a miss one probe of the range
+  // page table (policy/msr_index.h).
+  const MsrEntry& Lookup(uint32_t msr) const { return entries_[index_.Find(msr)]; }
 
   // The CPUID decision for a leaf/subleaf, or nullptr: use the host's value.
   // An exact subleaf beats an any-subleaf entry; the domain beats the default.
@@ -133,8 +111,8 @@ class DomainSnapshot {
   const RuleOrigin& origin(uint32_t index) const { return origins_[index]; }
 
   // Sizes, for tests and stats.
-  size_t single_count() const { return singles_.size(); }
-  size_t range_count() const { return range_last_.size(); }
+  size_t single_count() const { return index_.single_count(); }
+  size_t range_count() const { return index_.intervals().size(); }
   size_t distinct_entries() const { return entries_.size(); }
   struct Interval {
     uint32_t first;
@@ -153,19 +131,16 @@ class DomainSnapshot {
   // Decisions are deduplicated into entries_ (entries_[0] is the unknown-MSR
   // fallback) so the lookup tables hold 4-byte indices and stay in cache.
   std::vector<MsrEntry> entries_;
-  absl::flat_hash_map<uint32_t, uint32_t> singles_;  // msr -> entries_ index
-  // Disjoint intervals sorted by first, as parallel arrays.
-  std::vector<uint32_t> range_last_;
-  std::vector<uint32_t> range_first_;
-  std::vector<uint32_t> range_entry_;
-  // Page (msr >> kRangePageShift) -> [begin, end) of the intervals that
-  // intersect it, for every page holding an interval's first or last.
-  static constexpr int kRangePageShift = 8;
-  absl::flat_hash_map<uint32_t, std::pair<uint32_t, uint32_t>> range_pages_;
+  MsrIndex index_;  // msr -> entries_ index
   pvemu::v1::UnknownMsr unknown_msr_ = pvemu::v1::UNKNOWN_GP;
   std::vector<RuleOrigin> origins_;
   absl::flat_hash_map<uint64_t, CpuidDecision> cpuid_exact_;  // leaf << 32 | subleaf
   absl::flat_hash_map<uint32_t, CpuidDecision> cpuid_any_;
+  // Which of the two maps hold a leaf (kCpuidHas* bits), so a leaf the
+  // policy does not mention costs one probe.
+  static constexpr uint8_t kCpuidHasExact = 1;
+  static constexpr uint8_t kCpuidHasAny = 2;
+  absl::flat_hash_map<uint32_t, uint8_t> cpuid_leaf_kinds_;
   std::vector<std::pair<uint32_t, uint32_t>> ports_;  // sorted, merged
   TscConfig tsc_;
   bool vpmu_ = false;

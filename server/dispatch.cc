@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/base/attributes.h"
 #include "absl/numeric/int128.h"
 #include "emulator/domain.h"
 #include "emulator/emulate.h"
@@ -169,14 +170,52 @@ emulator::Outcome Dispatcher::Session::HandleBare(const emulator::Trap& trap) {
   return HandleImpl<false>(trap, nullptr, nullptr);
 }
 
+namespace {
+
+// The audit event for one trap: off the common path (it allocates and
+// builds a message), kept out of line so the hot loop stays small.
+ABSL_ATTRIBUTE_NOINLINE void PublishTrapEvent(AuditHub& audit, const emulator::Trap& trap,
+                                              const emulator::Outcome& out,
+                                              const emulator::Instruction& insn,
+                                              emulator::DecodeError error) {
+  v1::TrapEvent event;
+  event.set_domain(trap.domain);
+  event.set_vcpu(trap.vcpu);
+  event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
+  if (error == emulator::DecodeError::kOk) {
+    event.set_mnemonic(std::string(emulator::Mnemonic(insn)));
+  }
+  event.set_msr(out.msr_or_port);
+  event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
+  audit.PublishTrap(std::move(event), !out.audit);
+}
+
+}  // namespace
+
+const policy::DomainSnapshot& Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot,
+                                                            uint32_t domain) {
+  if (domain_cache_generation_ != reader_.generation()) [[unlikely]] {
+    for (CachedDomain& c : domain_cache_) c = CachedDomain{};
+    domain_cache_generation_ = reader_.generation();
+  }
+  CachedDomain& slot = domain_cache_[domain & (kDomainCacheSize - 1)];
+  if (slot.snap == nullptr || slot.domain != domain) [[unlikely]] {
+    slot.domain = domain;
+    slot.snap = &snapshot.ForDomain(domain);
+  }
+  return *slot.snap;
+}
+
 template <bool kHooks>
 emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
                                                   emulator::Instruction* insn,
                                                   emulator::DecodeError* error) {
   const policy::Snapshot& snapshot = reader_.Get();
-  DomainView view(snapshot.ForDomain(trap.domain), owner_->shadow_, trap.domain,
+  DomainView view(ForDomain(snapshot, trap.domain), owner_->shadow_, trap.domain,
                   owner_->options_.allow_host_writes);
-  emulator::Instruction decoded;
+  // Decoded in place into the caller's Instruction when it wants one.
+  emulator::Instruction local;
+  emulator::Instruction& decoded = insn != nullptr ? *insn : local;
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
       emulator::DecodeAndEmulate(trap, view, owner_->host_, &decoded, &decode_error);
@@ -185,25 +224,15 @@ emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
     if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
     // Audit: off unless the decision asked for it and someone listens.
     if ((out.audit || out.unknown_msr) && owner_->audit_ != nullptr &&
-        owner_->audit_->wants_traps()) {
-      v1::TrapEvent event;
-      event.set_domain(trap.domain);
-      event.set_vcpu(trap.vcpu);
-      event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
-      if (decode_error == emulator::DecodeError::kOk) {
-        event.set_mnemonic(std::string(emulator::Mnemonic(decoded)));
-      }
-      event.set_msr(out.msr_or_port);
-      event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
-      owner_->audit_->PublishTrap(std::move(event), !out.audit);
+        owner_->audit_->wants_traps()) [[unlikely]] {
+      PublishTrapEvent(*owner_->audit_, trap, out, decoded, decode_error);
     }
     // Capture: off unless pvemud --capture.
     if (TrapCapture* capture = owner_->capture_.load(std::memory_order_acquire);
-        capture != nullptr) {
+        capture != nullptr) [[unlikely]] {
       capture->Record(trap, out, decoded, decode_error);
     }
   }
-  if (insn != nullptr) *insn = decoded;
   if (error != nullptr) *error = decode_error;
   return out;
 }

@@ -93,9 +93,21 @@ class Dispatcher {
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
 
+    // The domain's compiled policy in the current snapshot, from a small
+    // direct-mapped cache (a trap source sees few domains), so a trap skips
+    // the snapshot's domain hash probe. Emptied when the generation moves.
+    const policy::DomainSnapshot& ForDomain(const policy::Snapshot& snapshot, uint32_t domain);
+
     Dispatcher* owner_;
     policy::SnapshotReader reader_;
     Counters* counters_;  // owned by the dispatcher, outlives the session
+    struct CachedDomain {
+      uint32_t domain = 0;
+      const policy::DomainSnapshot* snap = nullptr;
+    };
+    static constexpr uint32_t kDomainCacheSize = 16;  // a power of two
+    CachedDomain domain_cache_[kDomainCacheSize];
+    uint64_t domain_cache_generation_ = 0;
   };
 
   std::unique_ptr<Session> NewSession();

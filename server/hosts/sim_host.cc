@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
   for (size_t i = 0; i < n; ++i) {
     const pvemu::v1::HostMsr& m = profile.msr(listed[i].entry);
     host->msrs_.push_back({listed[i].index, m.faults(), m.writable()});
+    host->msr_position_.emplace(listed[i].index, static_cast<uint32_t>(i));
     for (uint32_t cpu = 0; cpu < host->cpus_; ++cpu) {
       host->values_[i * host->cpus_ + cpu].store(m.value(),
                                                  std::memory_order_relaxed);
@@ -177,15 +178,15 @@ absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
               return std::tie(a.leaf, a.has_subleaf, a.subleaf) <
                      std::tie(b.leaf, b.has_subleaf, b.subleaf);
             });
+  for (size_t i = host->cpuid_.size(); i-- > 0;) {
+    host->cpuid_first_[host->cpuid_[i].leaf] = static_cast<uint32_t>(i);
+  }
   return host;
 }
 
 int SimHost::FindMsr(uint32_t index) const {
-  auto it = std::lower_bound(
-      msrs_.begin(), msrs_.end(), index,
-      [](const Msr& m, uint32_t i) { return m.index < i; });
-  if (it == msrs_.end() || it->index != index) return -1;
-  return static_cast<int>(it - msrs_.begin());
+  auto it = msr_position_.find(index);
+  return it == msr_position_.end() ? -1 : static_cast<int>(it->second);
 }
 
 bool SimHost::ReadMsr(uint32_t cpu, uint32_t index, uint64_t* value) {
@@ -217,9 +218,9 @@ bool SimHost::WriteMsr(uint32_t cpu, uint32_t index, uint64_t value) {
 emulator::CpuidRegs SimHost::Cpuid(uint32_t leaf, uint32_t subleaf) {
   // Entries of one leaf are adjacent: first the one without a subleaf, then
   // the subleaves in order.
-  auto it = std::lower_bound(
-      cpuid_.begin(), cpuid_.end(), leaf,
-      [](const CpuidLeaf& c, uint32_t l) { return c.leaf < l; });
+  auto first = cpuid_first_.find(leaf);
+  if (first == cpuid_first_.end()) return emulator::CpuidRegs{};
+  auto it = cpuid_.begin() + first->second;
   const CpuidLeaf* any_subleaf = nullptr;
   for (; it != cpuid_.end() && it->leaf == leaf; ++it) {
     if (!it->has_subleaf) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "emulator/host.h"
@@ -85,14 +86,18 @@ class SimHost final : public emulator::Host {
   std::string description_;
   uint64_t tsc_khz_ = 0;
   uint32_t cpus_ = 0;
-  // Sorted by index; searched with a binary search.
+  // Sorted by index; msr_position_ maps an index to its position (one hash
+  // probe per access rather than a binary search on the trap path).
   std::vector<Msr> msrs_;
+  absl::flat_hash_map<uint32_t, uint32_t> msr_position_;
   // values_[i * cpus_ + cpu] is MSR msrs_[i] on `cpu`.
   std::unique_ptr<std::atomic<uint64_t>[]> values_;
   // injected_[i]: InjectFault is on for msrs_[i].
   std::unique_ptr<std::atomic<bool>[]> injected_;
-  // Sorted by (leaf, has_subleaf, subleaf).
+  // Sorted by (leaf, has_subleaf, subleaf); cpuid_first_ maps a leaf to the
+  // position of its first entry.
   std::vector<CpuidLeaf> cpuid_;
+  absl::flat_hash_map<uint32_t, uint32_t> cpuid_first_;
 };
 
 }  // namespace pvemu::server

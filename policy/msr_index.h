@@ -1,0 +1,105 @@
+// MsrIndex: the compiled map from an MSR index to a decision number, built
+// once per domain snapshot and read on every RDMSR/WRMSR trap.
+//
+// Why not a general hash map: the trap path wants the fewest dependent
+// memory loads and unpredictable branches, because with a large policy
+// every load is a potential cache miss. Exact MSRs live in an open-addressing
+// table of 8-byte slots (key, decision) probed linearly from a Fibonacci
+// hash, so a hit is one load in the common case. Ranges are indexed by
+// 256-MSR page: each page holding a range boundary points at the few
+// intervals that touch it; a page with no boundary is inside a gap or inside
+// a range spanning whole pages, of which a policy has few, searched in their
+// own small sorted list. Lookup cost therefore does not grow with the
+// number of rules.
+//
+// Immutable after Build; safe to read from any number of threads; Find
+// allocates nothing.
+#ifndef PVEMU_POLICY_MSR_INDEX_H_
+#define PVEMU_POLICY_MSR_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace pvemu::policy {
+
+class MsrIndex {
+ public:
+  // A closed interval of MSRs and its decision.
+  struct Interval {
+    uint32_t first;
+    uint32_t last;
+    uint32_t decision;
+  };
+
+  MsrIndex() = default;
+
+  // `singles`: (msr, decision) with distinct MSRs. `intervals`: disjoint,
+  // sorted by first. MSRs in neither map to `fallback`. Singles take
+  // precedence over intervals.
+  static MsrIndex Build(const std::vector<std::pair<uint32_t, uint32_t>>& singles,
+                        std::vector<Interval> intervals, uint32_t fallback);
+
+  uint32_t Find(uint32_t msr) const {
+    if (!singles_.empty()) {
+      for (uint32_t i = Slot(msr, singles_shift_);; i = (i + 1) & singles_mask_) {
+        const Entry& e = singles_[i];
+        if (e.value == 0) break;
+        if (e.key == msr) return e.value - 1;
+      }
+    }
+    if (intervals_.empty()) return fallback_;
+    return FindInIntervals(msr);
+  }
+
+  size_t single_count() const { return single_count_; }
+  const std::vector<Interval>& intervals() const { return intervals_; }
+
+  // The page size the range index works in (MSRs per page, as a shift).
+  static constexpr int kPageShift = 8;
+
+ private:
+  // value 0 marks an empty slot; otherwise it holds decision + 1.
+  struct Entry {
+    uint32_t key;
+    uint32_t value;
+  };
+  // A page's intervals are intervals_[begin, end); begin_plus_one 0 marks an
+  // empty slot.
+  struct Page {
+    uint32_t key;
+    uint32_t begin_plus_one;
+    uint32_t end;
+  };
+
+  static uint32_t Slot(uint32_t key, int shift) {
+    // Fibonacci hashing: MSR numbers cluster, and the multiply spreads
+    // neighbours over the whole table.
+    return static_cast<uint32_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> shift);
+  }
+  // Sizes an open-addressing table for n keys (at most half full).
+  static void Size(size_t n, uint32_t* mask, int* shift);
+  uint32_t FindInIntervals(uint32_t msr) const;
+  // The decision of the interval in [begin, end) holding msr, or fallback_.
+  uint32_t Search(const Interval* begin, const Interval* end, uint32_t msr) const;
+
+  std::vector<Entry> singles_;
+  uint32_t singles_mask_ = 0;
+  int singles_shift_ = 64;
+  size_t single_count_ = 0;
+
+  std::vector<Interval> intervals_;
+  // Pages holding an interval's first or last MSR.
+  std::vector<Page> pages_;
+  uint32_t pages_mask_ = 0;
+  int pages_shift_ = 64;
+  // Intervals spanning at least one whole page, sorted: the only candidates
+  // for an MSR on a page with no interval boundary.
+  std::vector<Interval> wide_;
+  uint32_t fallback_ = 0;
+};
+
+}  // namespace pvemu::policy
+
+#endif  // PVEMU_POLICY_MSR_INDEX_H_
