@@ -10,8 +10,11 @@
 
 namespace pvemu::emulator {
 
-enum class MsrRead : uint8_t { kPassthrough, kConst, kShadow, kZero, kGp };
-enum class MsrWrite : uint8_t { kPassthrough, kShadow, kIgnore, kGp };
+// Values equal pvemu.v1.ReadAction.Action / WriteAction.Action, so a compiled
+// policy entry converts without a table. Any other value (0, "unspecified",
+// never survives compilation) is treated as kGp.
+enum class MsrRead : uint8_t { kPassthrough = 1, kConst = 2, kShadow = 3, kZero = 4, kGp = 5 };
+enum class MsrWrite : uint8_t { kPassthrough = 1, kShadow = 2, kIgnore = 3, kGp = 4 };
 
 // The final decision for one MSR in one domain, as compiled from the policy.
 struct MsrDecision {

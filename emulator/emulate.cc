@@ -96,6 +96,7 @@ bool ReadMsrValue(const Trap& trap, uint32_t index, const MsrDecision& d,
       return true;
     }
     case MsrRead::kGp:
+    default:
       break;
   }
   return false;
@@ -135,6 +136,7 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
   };
   switch (d.write) {
     case MsrWrite::kGp:
+    default:
       return Raise(out, Vector::kGP);
     case MsrWrite::kIgnore: {
       if (masked) {

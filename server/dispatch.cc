@@ -20,29 +20,38 @@ using emulator::MsrDecision;
 using emulator::MsrRead;
 using emulator::MsrWrite;
 
-// pvemu.v1 action numbers → the emulator's enums (0, unspecified, never
-// survives compilation; it maps to the safe answer, #GP).
-constexpr MsrRead kReadActions[] = {MsrRead::kGp,   MsrRead::kPassthrough, MsrRead::kConst,
-                                    MsrRead::kShadow, MsrRead::kZero,    MsrRead::kGp};
-constexpr MsrWrite kWriteActions[] = {MsrWrite::kGp, MsrWrite::kPassthrough, MsrWrite::kShadow,
-                                      MsrWrite::kIgnore, MsrWrite::kGp};
+static_assert(static_cast<int>(MsrRead::kPassthrough) == v1::ReadAction::PASSTHROUGH &&
+                  static_cast<int>(MsrRead::kConst) == v1::ReadAction::CONST &&
+                  static_cast<int>(MsrRead::kShadow) == v1::ReadAction::SHADOW &&
+                  static_cast<int>(MsrRead::kZero) == v1::ReadAction::ZERO &&
+                  static_cast<int>(MsrRead::kGp) == v1::ReadAction::GP,
+              "emulator::MsrRead must equal pvemu.v1.ReadAction numbers");
+static_assert(static_cast<int>(MsrWrite::kPassthrough) == v1::WriteAction::PASSTHROUGH &&
+                  static_cast<int>(MsrWrite::kShadow) == v1::WriteAction::SHADOW &&
+                  static_cast<int>(MsrWrite::kIgnore) == v1::WriteAction::IGNORE &&
+                  static_cast<int>(MsrWrite::kGp) == v1::WriteAction::GP,
+              "emulator::MsrWrite must equal pvemu.v1.WriteAction numbers");
 
-template <typename T, size_t N>
-T Lookup(const T (&table)[N], int index) {
-  return index >= 0 && static_cast<size_t>(index) < N ? table[index] : table[0];
-}
+}  // namespace
 
-// The emulator's view of one domain's compiled policy for one trap.
-class DomainView final : public emulator::Domain {
+// The emulator's view of one domain's compiled policy. One per session,
+// pointed at the trap's domain snapshot before each trap (Reset), so a trap
+// builds nothing.
+class Dispatcher::DomainView final : public emulator::Domain {
  public:
-  DomainView(const policy::DomainSnapshot& snap, ShadowStore& shadow, uint32_t domain,
-             bool allow_host_writes)
-      : snap_(snap), shadow_(shadow), domain_(domain), allow_host_writes_(allow_host_writes) {}
+  DomainView(ShadowStore& shadow, bool allow_host_writes)
+      : shadow_(shadow), allow_host_writes_(allow_host_writes) {}
+
+  void Reset(const policy::DomainSnapshot& snap, uint32_t domain) {
+    snap_ = &snap;
+    domain_ = domain;
+  }
 
   const MsrDecision& Msr(uint32_t index) const override {
-    const policy::MsrEntry& e = snap_.Lookup(index);
-    decision_.read = Lookup(kReadActions, e.read);
-    decision_.write = Lookup(kWriteActions, e.write);
+    const policy::MsrEntry& e = snap_->Lookup(index);
+    // Same numbering (static_asserts above); unspecified (0) reads as #GP.
+    decision_.read = static_cast<MsrRead>(e.read);
+    decision_.write = static_cast<MsrWrite>(e.write);
     decision_.drop_reserved = e.drop_reserved;
     decision_.host_write_allowed = e.allow_host_write && allow_host_writes_;
     decision_.audit = e.audit;
@@ -59,7 +68,7 @@ class DomainView final : public emulator::Domain {
 
   emulator::CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf,
                             emulator::Host& host) const override {
-    const policy::CpuidDecision* d = snap_.Cpuid(leaf, subleaf);
+    const policy::CpuidDecision* d = snap_->Cpuid(leaf, subleaf);
     if (d != nullptr && d->source == v1::CpuidEntry::CONST) {
       return {d->set[0], d->set[1], d->set[2], d->set[3]};
     }
@@ -74,7 +83,7 @@ class DomainView final : public emulator::Domain {
   }
 
   uint64_t GuestTsc(uint64_t host_tsc, const emulator::Host& host) const override {
-    const policy::TscConfig& tsc = snap_.tsc();
+    const policy::TscConfig& tsc = snap_->tsc();
     switch (tsc.mode) {
       case v1::TscPolicy::OFFSET:
         return host_tsc + static_cast<uint64_t>(tsc.offset);
@@ -93,20 +102,18 @@ class DomainView final : public emulator::Domain {
   }
 
   bool PortAllowed(uint16_t port, uint8_t width) const override {
-    return snap_.PortAllowed(port, width);
+    return snap_->PortAllowed(port, width);
   }
 
-  bool vpmu() const override { return snap_.vpmu(); }
+  bool vpmu() const override { return snap_->vpmu(); }
 
  private:
-  const policy::DomainSnapshot& snap_;
+  const policy::DomainSnapshot* snap_ = nullptr;
   ShadowStore& shadow_;
-  const uint32_t domain_;
+  uint32_t domain_ = 0;
   const bool allow_host_writes_;
   mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
 };
-
-}  // namespace
 
 // One session's counters: written only by its thread (relaxed stores, no
 // read-modify-write), read by Stats() from any thread.
@@ -156,7 +163,10 @@ TrapStats Dispatcher::Stats() const {
 }
 
 Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
-    : owner_(owner), reader_(owner->store_), counters_(counters) {}
+    : owner_(owner),
+      reader_(owner->store_),
+      counters_(counters),
+      view_(std::make_unique<DomainView>(owner->shadow_, owner->options_.allow_host_writes)) {}
 
 Dispatcher::Session::~Session() = default;
 
@@ -211,14 +221,13 @@ emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
                                                   emulator::Instruction* insn,
                                                   emulator::DecodeError* error) {
   const policy::Snapshot& snapshot = reader_.Get();
-  DomainView view(ForDomain(snapshot, trap.domain), owner_->shadow_, trap.domain,
-                  owner_->options_.allow_host_writes);
+  view_->Reset(ForDomain(snapshot, trap.domain), trap.domain);
   // Decoded in place into the caller's Instruction when it wants one.
   emulator::Instruction local;
   emulator::Instruction& decoded = insn != nullptr ? *insn : local;
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
-      emulator::DecodeAndEmulate(trap, view, owner_->host_, &decoded, &decode_error);
+      emulator::DecodeAndEmulate(trap, *view_, owner_->host_, &decoded, &decode_error);
   if constexpr (kHooks) {
     Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
     if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);

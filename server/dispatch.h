@@ -71,6 +71,8 @@ class Dispatcher {
              DispatchOptions options);
   ~Dispatcher();
 
+  class DomainView;  // the emulator's view of a domain snapshot (dispatch.cc)
+
   class Session {
    public:
     ~Session();
@@ -108,6 +110,7 @@ class Dispatcher {
     static constexpr uint32_t kDomainCacheSize = 16;  // a power of two
     CachedDomain domain_cache_[kDomainCacheSize];
     uint64_t domain_cache_generation_ = 0;
+    std::unique_ptr<DomainView> view_;
   };
 
   std::unique_ptr<Session> NewSession();
