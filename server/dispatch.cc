@@ -231,9 +231,11 @@ emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
   if constexpr (kHooks) {
     Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
     if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
-    // Audit: off unless the decision asked for it and someone listens.
-    if ((out.audit || out.unknown_msr) && owner_->audit_ != nullptr &&
-        owner_->audit_->wants_traps()) [[unlikely]] {
+    // Audit: off unless someone listens and the decision asked for it. The
+    // listener test comes first: it is the same for every trap, so the
+    // branch predicts, while the outcome's flags vary trap by trap.
+    if (owner_->audit_ != nullptr && owner_->audit_->wants_traps() &&
+        (out.audit || out.unknown_msr)) [[unlikely]] {
       PublishTrapEvent(*owner_->audit_, trap, out, decoded, decode_error);
     }
     // Capture: off unless pvemud --capture.

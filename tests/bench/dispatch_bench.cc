@@ -3,8 +3,10 @@
 // the Intel sim host. Targets (issue 7), all as ratios within one run:
 //   BM_DispatchMix >= 2x BM_DecodeMix_Zydis items/s;
 //   BM_DispatchRules/10000 within 1.25x of /10;
-//   BM_DispatchHooksOff within 2% of BM_DispatchHooksBare;
-//   heap_allocs == 0 everywhere on the trap path.
+//   BM_DispatchHooksOff within 2% of BM_DispatchHooksBare (and
+//   BM_DispatchHooksOverhead's overhead_pct, the same comparison interleaved);
+//   heap_allocs == 0: allocations over a whole pass of the traps after warm-up.
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -49,14 +51,23 @@ struct World {
   }
 };
 
+// Heap allocations over one more pass of `traps` after a warm-up pass (the
+// first SHADOW access of a vCPU allocates its table once): the trap path's
+// own allocations, exactly, without the benchmark library's bookkeeping.
+uint64_t AllocationsPerPass(server::Dispatcher::Session& session,
+                            const std::vector<emulator::Trap>& traps) {
+  for (const auto& t : traps) benchmark::DoNotOptimize(session.Handle(t));
+  const uint64_t before = HeapAllocations();
+  for (const auto& t : traps) benchmark::DoNotOptimize(session.Handle(t));
+  return HeapAllocations() - before;
+}
+
 template <bool kBare>
 void RunMix(benchmark::State& state) {
   World world;
   auto session = world.dispatcher->NewSession();
   const std::vector<emulator::Trap> traps = MakeTrapMix();
-  // Warm up: first SHADOW accesses allocate each vCPU's table once.
-  for (const auto& t : traps) session->Handle(t);
-  const uint64_t allocs_before = HeapAllocations();
+  const uint64_t allocs = AllocationsPerPass(*session, traps);
   size_t i = 0;
   for (auto _ : state) {
     emulator::Outcome out = kBare ? session->HandleBare(traps[i]) : session->Handle(traps[i]);
@@ -64,7 +75,7 @@ void RunMix(benchmark::State& state) {
     i = (i + 1) & (traps.size() - 1);
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["heap_allocs"] = static_cast<double>(HeapAllocations() - allocs_before);
+  state.counters["heap_allocs"] = static_cast<double>(allocs);
 }
 
 void BM_DispatchMix(benchmark::State& state) { RunMix<false>(state); }
@@ -76,6 +87,49 @@ BENCHMARK(BM_DispatchHooksOff);
 // ...against the same path compiled without them.
 void BM_DispatchHooksBare(benchmark::State& state) { RunMix<true>(state); }
 BENCHMARK(BM_DispatchHooksBare);
+
+// The 2% target needs a finer instrument than two benchmarks run one after
+// the other on a shared machine (identical benchmarks differ by up to 8%
+// between runs). This one alternates short batches of the hooked and the bare
+// path on the same traps, so drift hits both alike, and a third rotation of
+// the bare path gives the noise floor of the method itself:
+//   overhead_pct = hooked vs bare, noise_pct = bare vs bare.
+void BM_DispatchHooksOverhead(benchmark::State& state) {
+  World world;
+  auto session = world.dispatcher->NewSession();
+  const std::vector<emulator::Trap> traps = MakeTrapMix();
+  (void)AllocationsPerPass(*session, traps);
+  constexpr size_t kBatch = 512;
+  double ns[3] = {0, 0, 0};
+  size_t at = 0;
+  int round = 0;
+  for (auto _ : state) {
+    // Each batch takes the next traps of the stream: re-running the same
+    // traps would let the second run profit from branch history the first
+    // trained. The order rotates so every variant follows every other
+    // equally often.
+    for (int step = 0; step < 3; ++step) {
+      const int which = (round + step) % 3;
+      const auto start = std::chrono::steady_clock::now();
+      for (size_t k = 0; k < kBatch; ++k) {
+        const emulator::Trap& t = traps[(at + k) & (traps.size() - 1)];
+        emulator::Outcome out = which == 0 ? session->Handle(t) : session->HandleBare(t);
+        benchmark::DoNotOptimize(out);
+      }
+      ns[which] += std::chrono::duration<double, std::nano>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+      at = (at + kBatch) & (traps.size() - 1);
+    }
+    round = (round + 1) % 3;
+  }
+  state.SetItemsProcessed(state.iterations() * 3 * kBatch);
+  state.counters["hooked_ns"] = ns[0] / (state.iterations() * kBatch);
+  state.counters["bare_ns"] = ns[1] / (state.iterations() * kBatch);
+  state.counters["overhead_pct"] = 100.0 * (ns[0] - ns[1]) / ns[1];
+  state.counters["noise_pct"] = 100.0 * (ns[2] - ns[1]) / ns[1];
+}
+BENCHMARK(BM_DispatchHooksOverhead);
 
 // RDMSR traps over policies of 10 and 10000 rules (half single, half ranges).
 void BM_DispatchRules(benchmark::State& state) {
@@ -93,7 +147,7 @@ void BM_DispatchRules(benchmark::State& state) {
     t.insn_len = 2;
     t.regs.gpr[emulator::kRcx] = probes[k];
   }
-  const uint64_t allocs_before = HeapAllocations();
+  const uint64_t allocs = AllocationsPerPass(*session, traps);
   size_t i = 0;
   for (auto _ : state) {
     emulator::Outcome out = session->Handle(traps[i]);
@@ -101,7 +155,7 @@ void BM_DispatchRules(benchmark::State& state) {
     i = (i + 1) & (traps.size() - 1);
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["heap_allocs"] = static_cast<double>(HeapAllocations() - allocs_before);
+  state.counters["heap_allocs"] = static_cast<double>(allocs);
 }
 BENCHMARK(BM_DispatchRules)->Arg(10)->Arg(10000);
 
