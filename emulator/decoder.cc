@@ -1,6 +1,7 @@
 #include "emulator/decoder.h"
 
 #include <array>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,39 +17,35 @@ namespace {
 // long (#GP) even if the caller gave fewer bytes; a byte before offset 15 that
 // the caller did not give is a truncated fetch.
 
-enum PrefixClass : uint8_t {
-  kNotPrefix = 0,
-  kClass66,
-  kClass67,
-  kClassF2,
-  kClassF3,
-  kClassF0,
-  kClassSegEs,
-  kClassSegCs,
-  kClassSegSs,
-  kClassSegDs,
-  kClassSegFs,
-  kClassSegGs,
-  kClassRex,  // 40-4F: a prefix in 64-bit mode only (INC/DEC otherwise)
+// What each byte is as a prefix: its InsnPrefix bit (0: not a legacy
+// prefix), whether it is REX (40-4F: a prefix in 64-bit mode only, INC/DEC
+// otherwise), and the segment it selects. Table-driven so the prefix loop
+// has no per-prefix switch (an indirect jump that mispredicts on a mixed
+// trap stream).
+struct PrefixInfo {
+  uint8_t bit = 0;
+  bool rex = false;
+  Segment segment = Segment::kNone;
 };
 
-constexpr std::array<uint8_t, 256> MakePrefixTable() {
-  std::array<uint8_t, 256> t{};
-  t[0x66] = kClass66;
-  t[0x67] = kClass67;
-  t[0xF2] = kClassF2;
-  t[0xF3] = kClassF3;
-  t[0xF0] = kClassF0;
-  t[0x26] = kClassSegEs;
-  t[0x2E] = kClassSegCs;
-  t[0x36] = kClassSegSs;
-  t[0x3E] = kClassSegDs;
-  t[0x64] = kClassSegFs;
-  t[0x65] = kClassSegGs;
-  for (int b = 0x40; b <= 0x4F; ++b) t[b] = kClassRex;
+constexpr std::array<PrefixInfo, 256> MakePrefixTable() {
+  std::array<PrefixInfo, 256> t{};
+  t[0x66].bit = kPrefixOperandSize;
+  t[0x67].bit = kPrefixAddressSize;
+  t[0xF2].bit = kPrefixRepne;
+  t[0xF3].bit = kPrefixRep;
+  t[0xF0].bit = kPrefixLock;
+  const std::pair<uint8_t, Segment> segments[] = {
+      {0x26, Segment::kEs}, {0x2E, Segment::kCs}, {0x36, Segment::kSs},
+      {0x3E, Segment::kDs}, {0x64, Segment::kFs}, {0x65, Segment::kGs}};
+  for (const auto& [b, seg] : segments) {
+    t[b].bit = kPrefixSegment;
+    t[b].segment = seg;
+  }
+  for (int b = 0x40; b <= 0x4F; ++b) t[b].rex = true;
   return t;
 }
-constexpr std::array<uint8_t, 256> kPrefixTable = MakePrefixTable();
+constexpr std::array<PrefixInfo, 256> kPrefixTable = MakePrefixTable();
 
 // 0F xx opcodes with no operands and no prefix-dependent meaning:
 // 1 + InsnKind, or 0.
@@ -213,31 +210,20 @@ DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
                  : Fail(DecodeError::kTruncated, i);
     }
     const uint8_t b = bytes[i];
-    const uint8_t cls = kPrefixTable[b];
-    if (cls == kNotPrefix) break;
-    if (cls == kClassRex) {
+    const PrefixInfo& p = kPrefixTable[b];
+    if (p.rex) {
       if (!mode64) break;  // INC/DEC: the opcode
       rex = b;             // a later REX replaces an earlier one
       ++i;
       continue;
     }
+    if (p.bit == 0) break;
     // REX counts only immediately before the opcode: a legacy prefix after
     // it cancels it (SDM Vol. 2 2.2.1).
     rex = 0;
-    switch (cls) {
-      case kClass66: prefixes |= kPrefixOperandSize; break;
-      case kClass67: prefixes |= kPrefixAddressSize; break;
-      case kClassF2: prefixes |= kPrefixRepne; last_rep = b; break;
-      case kClassF3: prefixes |= kPrefixRep; last_rep = b; break;
-      case kClassF0: prefixes |= kPrefixLock; break;
-      case kClassSegEs: prefixes |= kPrefixSegment; segment = Segment::kEs; break;
-      case kClassSegCs: prefixes |= kPrefixSegment; segment = Segment::kCs; break;
-      case kClassSegSs: prefixes |= kPrefixSegment; segment = Segment::kSs; break;
-      case kClassSegDs: prefixes |= kPrefixSegment; segment = Segment::kDs; break;
-      case kClassSegFs: prefixes |= kPrefixSegment; segment = Segment::kFs; break;
-      case kClassSegGs: prefixes |= kPrefixSegment; segment = Segment::kGs; break;
-      default: break;
-    }
+    prefixes |= p.bit;
+    if (p.bit & (kPrefixRep | kPrefixRepne)) last_rep = b;
+    if (p.segment != Segment::kNone) segment = p.segment;
     ++i;
   }
 

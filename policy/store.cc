@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -39,10 +40,11 @@ uint64_t Fnv1a(absl::string_view s) {
   return h;
 }
 
-std::string StateText(const Policy& policy, uint64_t generation) {
+// The state file for a policy whose text format is `policy_text`.
+std::string StateText(absl::string_view policy_text, uint64_t generation) {
   std::string body = absl::StrCat(
       "# Written by pvemud; edit with `pvemuctl policy ...`, not by hand.\n",
-      ToTextProto(policy));
+      policy_text);
   return absl::StrFormat("%sgeneration=%d length=%d fnv1a=%016x\n%s", kHeaderPrefix,
                          generation, body.size(), Fnv1a(body), body);
 }
@@ -219,6 +221,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::FromPolicy(const Policy& policy,
   {
     absl::MutexLock lock(&store->mu_);
     store->policy_ = policy;
+    store->policy_text_.reset();
   }
   store->Publish(std::move(snap));
   return store;
@@ -257,6 +260,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir,
         {
           absl::MutexLock lock(&store->mu_);
           store->policy_ = state->policy;
+          store->policy_text_.reset();
         }
         store->Publish(*std::move(snap));
         return store;
@@ -290,6 +294,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir,
   {
     absl::MutexLock lock(&store->mu_);
     store->policy_ = std::move(policy);
+    store->policy_text_.reset();
   }
   store->Publish(std::move(snap));
   return store;
@@ -337,26 +342,58 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
                                          const EditOptions& options, const char* method,
                                          std::string layer) {
   RETURN_IF_ERROR(ValidatePolicy(candidate, source));
-  uint64_t next = generation() + 1;
-  std::string text = StateText(candidate, next);
+  const uint64_t next = generation() + 1;
+  std::string candidate_text = ToTextProto(candidate);
+  const std::string text = StateText(candidate_text, next);
+
+  // The durable write (two fsyncs: most of an edit's latency) runs while
+  // this thread compiles the candidate and renders the diff; the edit is
+  // acknowledged and published only when both are done. WriteDurably is
+  // atomic, so a failed write leaves the previous state file in place.
+  absl::Status written;
+  std::thread writer;
+  if (!state_dir_.empty()) {
+    writer = std::thread([this, &text, &written] { written = WriteDurably(state_dir_, text); });
+  }
   // Positions for explain come from the text as stored (the state file), or
   // from the caller's source for an in-memory store.
-  SourceMap stored = source;
-  if (!state_dir_.empty()) {
-    google::protobuf::TextFormat::ParseInfoTree tree;
-    Policy reparsed;
-    std::string path = state_path();
-    RETURN_IF_ERROR(ParseTextProto(text, path, &reparsed, &tree));
-    stored = SourceMap::FromParseInfo(path, reparsed, tree);
+  absl::StatusOr<std::shared_ptr<const Snapshot>> snap;
+  {
+    SourceMap stored = source;
+    absl::Status reparsed_ok;
+    if (!state_dir_.empty()) {
+      google::protobuf::TextFormat::ParseInfoTree tree;
+      Policy reparsed;
+      const std::string path = state_path();
+      reparsed_ok = ParseTextProto(text, path, &reparsed, &tree);
+      if (reparsed_ok.ok()) stored = SourceMap::FromParseInfo(path, reparsed, tree);
+    }
+    snap = reparsed_ok.ok() ? CompilePolicy(candidate, stored, host_vendor_, next)
+                            : absl::StatusOr<std::shared_ptr<const Snapshot>>(reparsed_ok);
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> snap,
-                   CompilePolicy(candidate, stored, host_vendor_, next));
-  if (!state_dir_.empty()) RETURN_IF_ERROR(WriteDurably(state_dir_, text));
+  if (!policy_text_.has_value()) policy_text_ = ToTextProto(policy_);
   EditResult result;
   result.generation = next;
-  result.diff = DiffText(ToTextProto(policy_), ToTextProto(candidate));
+  result.diff = DiffText(*policy_text_, candidate_text);
+  if (writer.joinable()) writer.join();
+  RETURN_IF_ERROR(written);
+  if (!snap.ok()) {
+    // Validation passed, so this is not the policy's fault; the file on
+    // disk is already the candidate. Put the serving policy back on disk so
+    // a restart serves what the guests see now.
+    absl::Status restored =
+        state_dir_.empty() ? absl::OkStatus()
+                           : WriteDurably(state_dir_, StateText(*policy_text_, next - 1));
+    return absl::InternalError(absl::StrCat(
+        "the edit validated but did not compile (", snap.status().message(),
+        "); nothing changed",
+        restored.ok() ? std::string()
+                      : absl::StrCat("; restoring the state file failed too: ",
+                                     restored.message())));
+  }
   policy_ = std::move(candidate);
-  Publish(std::move(snap));
+  policy_text_ = std::move(candidate_text);
+  Publish(*std::move(snap));
   if (listener_) {
     listener_(EditEvent{options.who, method, std::move(layer), next, result.diff});
   }

@@ -150,6 +150,9 @@ class Store {
 
   mutable absl::Mutex mu_;  // serialises edits
   pvemu::v1::Policy policy_ ABSL_GUARDED_BY(mu_);
+  // policy_ in text format, kept from the last edit for the next diff
+  // (unset: render it when needed).
+  std::optional<std::string> policy_text_ ABSL_GUARDED_BY(mu_);
   EditListener listener_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex snap_mu_;  // held only to swap/copy the pointer
