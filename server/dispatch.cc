@@ -6,6 +6,7 @@
 #include "absl/numeric/int128.h"
 #include "emulator/domain.h"
 #include "emulator/emulate.h"
+#include "emulator/emulate_inl.h"
 #include "emulator/trap_convert.h"
 #include "emulator/traplog.h"
 #include "policy/catalog.h"
@@ -132,7 +133,7 @@ void Bump(std::atomic<uint64_t>& c) {
 
 Dispatcher::Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
                        DispatchOptions options)
-    : store_(store), host_(host), audit_(audit), options_(options) {}
+    : store_(store), host_(host), audit_(audit != nullptr ? audit : &no_audit_), options_(options) {}
 
 Dispatcher::~Dispatcher() = default;
 
@@ -170,15 +171,6 @@ Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
 
 Dispatcher::Session::~Session() = default;
 
-emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
-                                              emulator::Instruction* insn,
-                                              emulator::DecodeError* error) {
-  return HandleImpl<true>(trap, insn, error);
-}
-
-emulator::Outcome Dispatcher::Session::HandleBare(const emulator::Trap& trap) {
-  return HandleImpl<false>(trap, nullptr, nullptr);
-}
 
 namespace {
 
@@ -217,9 +209,8 @@ const policy::DomainSnapshot& Dispatcher::Session::ForDomain(const policy::Snaps
 }
 
 template <bool kHooks>
-emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
-                                                  emulator::Instruction* insn,
-                                                  emulator::DecodeError* error) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleImpl(
+    const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
   const policy::Snapshot& snapshot = reader_.Get();
   view_->Reset(ForDomain(snapshot, trap.domain), trap.domain);
   // Decoded in place into the caller's Instruction when it wants one.
@@ -227,25 +218,41 @@ emulator::Outcome Dispatcher::Session::HandleImpl(const emulator::Trap& trap,
   emulator::Instruction& decoded = insn != nullptr ? *insn : local;
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
-      emulator::DecodeAndEmulate(trap, *view_, owner_->host_, &decoded, &decode_error);
+      emulator::DecodeAndEmulateWith(trap, *view_, owner_->host_, &decoded, &decode_error);
+  // The trap counters are GetStats: always on, in both configurations.
+  Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
+  if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
   if constexpr (kHooks) {
-    Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
-    if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
-    // Audit: off unless someone listens and the decision asked for it. The
-    // listener test comes first: it is the same for every trap, so the
-    // branch predicts, while the outcome's flags vary trap by trap.
-    if (owner_->audit_ != nullptr && owner_->audit_->wants_traps() &&
-        (out.audit || out.unknown_msr)) [[unlikely]] {
-      PublishTrapEvent(*owner_->audit_, trap, out, decoded, decode_error);
-    }
-    // Capture: off unless pvemud --capture.
-    if (TrapCapture* capture = owner_->capture_.load(std::memory_order_acquire);
-        capture != nullptr) [[unlikely]] {
-      capture->Record(trap, out, decoded, decode_error);
+    // Audit (off unless a watcher listens) and capture (off unless pvemud
+    // --capture): two loads and one branch that predicts, while both are off.
+    const bool audit_on = owner_->audit_->wants_traps();
+    TrapCapture* capture = owner_->capture_.load(std::memory_order_acquire);
+    if (audit_on || capture != nullptr) [[unlikely]] {
+      RunHooks(trap, out, decoded, decode_error, audit_on, capture);
     }
   }
   if (error != nullptr) *error = decode_error;
   return out;
+}
+
+void Dispatcher::Session::RunHooks(const emulator::Trap& trap, const emulator::Outcome& out,
+                                   const emulator::Instruction& decoded,
+                                   emulator::DecodeError decode_error, bool audit_on,
+                                   TrapCapture* capture) {
+  if (audit_on && (out.audit || out.unknown_msr)) {
+    PublishTrapEvent(*owner_->audit_, trap, out, decoded, decode_error);
+  }
+  if (capture != nullptr) capture->Record(trap, out, decoded, decode_error);
+}
+
+emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
+                                              emulator::Instruction* insn,
+                                              emulator::DecodeError* error) {
+  return HandleImpl<true>(trap, insn, error);
+}
+
+emulator::Outcome Dispatcher::Session::HandleBare(const emulator::Trap& trap) {
+  return HandleImpl<false>(trap, nullptr, nullptr);
 }
 
 struct TrapCapture::Impl {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -80,8 +81,9 @@ class Dispatcher {
     // the decoded instruction / the decode error for callers that report it.
     emulator::Outcome Handle(const emulator::Trap& trap, emulator::Instruction* insn = nullptr,
                              emulator::DecodeError* error = nullptr);
-    // The same path compiled without the audit, capture and counter hooks,
-    // for the benchmark that proves switched-off hooks cost nothing
+    // The same path compiled without the switchable features (audit and
+    // capture; the trap counters are GetStats and always on), for the
+    // benchmark that proves switched-off features cost nothing
     // (BM_DispatchHooksOff vs BM_DispatchHooksBare). Not for production use.
     emulator::Outcome HandleBare(const emulator::Trap& trap);
     // The policy generation the last Handle() used.
@@ -94,6 +96,11 @@ class Dispatcher {
     template <bool kHooks>
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
+    // Audit and capture for one trap, out of line: only when one is on.
+    ABSL_ATTRIBUTE_NOINLINE void RunHooks(const emulator::Trap& trap, const emulator::Outcome& out,
+                                          const emulator::Instruction& decoded,
+                                          emulator::DecodeError decode_error, bool audit_on,
+                                          TrapCapture* capture);
 
     // The domain's compiled policy in the current snapshot, from a small
     // direct-mapped cache (a trap source sees few domains), so a trap skips
@@ -128,7 +135,8 @@ class Dispatcher {
  private:
   const policy::Store& store_;
   emulator::Host& host_;
-  AuditHub* audit_;
+  AuditHub no_audit_;  // stands in when no hub is given: nobody ever listens
+  AuditHub* audit_;    // never null
   std::atomic<TrapCapture*> capture_{nullptr};
   const DispatchOptions options_;
   ShadowStore shadow_;
