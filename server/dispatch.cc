@@ -194,7 +194,7 @@ ABSL_ATTRIBUTE_NOINLINE void PublishTrapEvent(AuditHub& audit, const emulator::T
 
 }  // namespace
 
-const policy::DomainSnapshot& Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot,
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline const policy::DomainSnapshot& Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot,
                                                             uint32_t domain) {
   if (domain_cache_generation_ != reader_.generation()) [[unlikely]] {
     for (CachedDomain& c : domain_cache_) c = CachedDomain{};

@@ -3,14 +3,18 @@
 namespace pvemu::server {
 namespace {
 
-// A cheap mix so sequential ids spread over the table (splitmix64 finaliser).
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
+// Fibonacci hashing: one multiply; the top bits of the product spread
+// sequential ids (vCPU numbers, neighbouring MSRs) over the whole table.
+uint32_t Slot(uint64_t key, int shift) {
+  return static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> shift);
+}
+
+// The shift that keeps log2(capacity) top bits of a product (at least one,
+// so the shift stays below 64; callers mask the slot anyway).
+int ShiftFor(uint32_t capacity) {
+  int bits = 1;
+  while ((uint32_t{1} << bits) < capacity) ++bits;
+  return 64 - bits;
 }
 
 // Keys are stored +1 so that zero means "empty" even for domain 0 vCPU 0 or
@@ -30,6 +34,8 @@ struct ShadowStore::VcpuTable {
 ShadowStore::ShadowStore(uint32_t vcpu_capacity, uint32_t msrs_per_vcpu)
     : vcpu_mask_(vcpu_capacity - 1),
       msr_mask_(msrs_per_vcpu - 1),
+      vcpu_shift_(ShiftFor(vcpu_capacity)),
+      msr_shift_(ShiftFor(msrs_per_vcpu)),
       vcpus_(new VcpuSlot[vcpu_capacity]) {}
 
 ShadowStore::~ShadowStore() {
@@ -38,7 +44,7 @@ ShadowStore::~ShadowStore() {
 
 ShadowStore::VcpuTable* ShadowStore::FindOrCreateVcpu(uint32_t domain, uint32_t vcpu) {
   const uint64_t key = VcpuKey(domain, vcpu);
-  uint32_t i = static_cast<uint32_t>(Mix(key)) & vcpu_mask_;
+  uint32_t i = Slot(key, vcpu_shift_) & vcpu_mask_;
   for (uint32_t probes = 0; probes <= vcpu_mask_; ++probes, i = (i + 1) & vcpu_mask_) {
     VcpuSlot& slot = vcpus_[i];
     uint64_t seen = slot.key.load(std::memory_order_acquire);
@@ -71,7 +77,7 @@ uint64_t* ShadowStore::Get(uint32_t domain, uint32_t vcpu, uint32_t msr,
   VcpuTable* table = FindOrCreateVcpu(domain, vcpu);
   if (table == nullptr) return nullptr;
   const uint64_t key = uint64_t{msr} + 1;
-  uint32_t i = static_cast<uint32_t>(Mix(key)) & msr_mask_;
+  uint32_t i = Slot(key, msr_shift_) & msr_mask_;
   for (uint32_t probes = 0; probes <= msr_mask_; ++probes, i = (i + 1) & msr_mask_) {
     MsrSlot& slot = table->slots[i];
     uint64_t seen = slot.key.load(std::memory_order_acquire);

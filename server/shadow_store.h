@@ -49,6 +49,8 @@ class ShadowStore {
 
   const uint32_t vcpu_mask_;
   const uint32_t msr_mask_;
+  const int vcpu_shift_;  // 64 - log2(capacity): Slot() keeps the top bits
+  const int msr_shift_;
   std::unique_ptr<VcpuSlot[]> vcpus_;
 };
 
