@@ -48,22 +48,25 @@ struct RuleOrigin {
   std::string comment;  // the rule's comment
 };
 
-// The final decision for one MSR in one domain.
+// The final decision for one MSR in one domain. Fields are ordered so the
+// entry packs into 40 bytes: a large policy's decisions are read on the trap
+// path, and fewer cache lines per entry means fewer misses.
 struct MsrEntry {
-  pvemu::v1::ReadAction::Action read = pvemu::v1::ReadAction::GP;
-  pvemu::v1::WriteAction::Action write = pvemu::v1::WriteAction::GP;
   // CONST: the value read; SHADOW: the register's initial value (if
   // has_value; else the host's value, or 0).
   uint64_t value = 0;
-  bool has_value = false;
   uint64_t writable_mask = ~uint64_t{0};  // bits a guest write may change
+  pvemu::v1::ReadAction::Action read = pvemu::v1::ReadAction::GP;
+  pvemu::v1::WriteAction::Action write = pvemu::v1::WriteAction::GP;
+  uint32_t read_origin = 0;   // index into DomainSnapshot::origin()
+  uint32_t write_origin = 0;
+  bool has_value = false;
   bool drop_reserved = false;  // a write touching other bits is dropped, not #GP
   bool allow_host_write = false;
   bool audit = false;
   bool unknown = false;  // no rule named this MSR: the unknown_msr mode decided
-  uint32_t read_origin = 0;   // index into DomainSnapshot::origin()
-  uint32_t write_origin = 0;
 };
+static_assert(sizeof(MsrEntry) <= 40, "keep MsrEntry small: it is read on every MSR trap");
 
 // One compiled CPUID leaf.
 struct CpuidDecision {
