@@ -76,6 +76,20 @@ absl::StatusOr<Trap> TrapFromProto(const pvemu::v1::Trap& msg) {
         "trap for domain %u vcpu %u has cpl %u; the privilege level is 0..3",
         msg.domain(), msg.vcpu(), msg.cpl()));
   }
+  if (!pvemu::v1::CpuMode_IsValid(msg.mode())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "trap for domain %u vcpu %u has mode %d; the modes are MODE_REAL, MODE_16, "
+        "MODE_32 and MODE_64 (1..4; 0 means MODE_64)",
+        msg.domain(), msg.vcpu(), msg.mode()));
+  }
+  // 0xffffffff means "no domain" to the compiled policy and, with vCPU
+  // 0xffffffff, is the empty key of the shadow-register table: a trap from
+  // it would share registers with whichever vCPU comes next.
+  if (msg.domain() == 0xffffffffu) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "trap for domain %u (0xffffffff) vcpu %u: that domain id is reserved", msg.domain(),
+        msg.vcpu()));
+  }
   Trap trap;
   trap.domain = msg.domain();
   trap.vcpu = msg.vcpu();

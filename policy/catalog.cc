@@ -697,6 +697,16 @@ absl::StatusOr<uint32_t> ParseMsr(absl::string_view word) {
     return static_cast<uint32_t>(n);
   }
   if (std::optional<uint32_t> index = MsrIndexByName(word)) return *index;
+  // A suggestion costs an edit distance per catalog name, quadratic in the
+  // word: only for words the length of a name (the longest is under 64), so
+  // a megabyte of input over the API costs nothing and is quoted in part.
+  constexpr size_t kMaxSuggestLength = 64;
+  if (word.size() > kMaxSuggestLength) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unknown MSR '%s...' (%d bytes, longer than any catalog name); use a "
+        "catalog name or a number (decimal or 0x hex)",
+        word.substr(0, kMaxSuggestLength), word.size()));
+  }
   absl::string_view near = NearestMsrName(word);
   return absl::InvalidArgumentError(absl::StrFormat(
       "unknown MSR '%s'; did you mean %s (0x%x)? Use a catalog name or a "

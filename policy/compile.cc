@@ -214,7 +214,9 @@ MsrEntry Compiler::Materialize(const Decision& d, const DomainSnapshot& snap) co
   e.audit = false;
   if (d.read != nullptr) {
     const MsrRule& r = *d.read->rule;
-    e.read = r.read();
+    // Validation refuses unknown action numbers; should one get here anyway,
+    // it compiles to the safe answer, never to whatever its low byte means.
+    e.read = ReadAction::Action_IsValid(r.read()) ? r.read() : ReadAction::GP;
     e.value = r.value();
     e.has_value = r.has_value();
     e.read_origin = d.read->origin;
@@ -226,7 +228,7 @@ MsrEntry Compiler::Materialize(const Decision& d, const DomainSnapshot& snap) co
   }
   if (d.write != nullptr) {
     const MsrRule& w = *d.write->rule;
-    e.write = w.write();
+    e.write = WriteAction::Action_IsValid(w.write()) ? w.write() : WriteAction::GP;
     e.writable_mask = w.has_writable_mask() ? w.writable_mask() : ~uint64_t{0};
     e.drop_reserved = w.on_reserved_bits() == pvemu::v1::RESERVED_DROP;
     e.allow_host_write = w.allow_host_write();

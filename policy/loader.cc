@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "policy/catalog.h"
 #include "policy/rules.h"
 #include "pvemu/status_macros.h"
@@ -22,12 +23,33 @@ using pvemu::v1::ReadAction;
 using pvemu::v1::TscPolicy;
 using pvemu::v1::WriteAction;
 
+// Enough errors to act on. A flood (thousands of copies of one rule, each
+// tying with every other) would cost time and memory for nothing, and would
+// not fit in a gRPC status.
+constexpr size_t kMaxErrors = 8;
+
 class Validator {
  public:
   explicit Validator(const SourceMap& source) : source_(source) {}
 
   void Error(absl::string_view path, absl::string_view message) {
+    if (full()) return;
     errors_.push_back(absl::StrCat(source_.Where(path), ": ", message));
+  }
+
+  // Whether further errors would be dropped; validation stops early.
+  bool full() const { return errors_.size() >= kMaxErrors; }
+
+  // Proto3 enums are open: a binary message (an RPC) can carry any number
+  // where text format can only name a value.
+  void KnownEnum(const google::protobuf::EnumDescriptor* type, int value,
+                 const std::string& path) {
+    if (type->FindValueByNumber(value) != nullptr) return;
+    std::vector<std::string> names;
+    for (int i = 0; i < type->value_count(); ++i) names.push_back(type->value(i)->name());
+    Error(path, absl::StrFormat("%d is not a value of %s; use one of %s", value,
+                                absl::StripPrefix(type->full_name(), "pvemu.v1."),
+                                absl::StrJoin(names, ", ")));
   }
 
   void Layer(const pvemu::v1::Layer& layer, const std::string& path, bool is_default) {
@@ -41,8 +63,15 @@ class Validator {
       Error(path + ".hardware_domain",
             "the default layer cannot set hardware_domain; set it in a domain layer");
     }
+    KnownEnum(pvemu::v1::UnknownMsr_descriptor(), layer.unknown_msr(), path + ".unknown_msr");
+    KnownEnum(pvemu::v1::Vendor_descriptor(), layer.guest_vendor(), path + ".guest_vendor");
+    KnownEnum(TscPolicy::Mode_descriptor(), layer.tsc().mode(), path + ".tsc.mode");
+    for (int i = 0; i < layer.cpuid_size(); ++i) {
+      KnownEnum(pvemu::v1::CpuidEntry::Source_descriptor(), layer.cpuid(i).source(),
+                absl::StrCat(path, ".cpuid[", i, "].source"));
+    }
     std::vector<Resolved> rules;
-    for (int i = 0; i < layer.msr_size(); ++i) {
+    for (int i = 0; i < layer.msr_size() && !full(); ++i) {
       std::string rpath = absl::StrCat(path, ".msr[", i, "]");
       Rule(layer.msr(i), rpath, &rules);
     }
@@ -75,12 +104,17 @@ class Validator {
 
   absl::Status Finish() const {
     if (errors_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+    std::string message = absl::StrJoin(errors_, "\n");
+    if (full()) {
+      absl::StrAppend(&message, "\n(at most ", kMaxErrors,
+                      " errors are reported; fix these and check again)");
+    }
+    return absl::InvalidArgumentError(message);
   }
 
   void Domains(const Policy& policy) {
     absl::flat_hash_map<uint32_t, int> seen;
-    for (int i = 0; i < policy.domain_size(); ++i) {
+    for (int i = 0; i < policy.domain_size() && !full(); ++i) {
       uint32_t d = policy.domain(i).domain();
       std::string path = absl::StrCat("domain[", i, "]");
       auto [it, inserted] = seen.emplace(d, i);
@@ -135,6 +169,12 @@ class Validator {
       target_ok = false;
     }
 
+    KnownEnum(pvemu::v1::Vendor_descriptor(), rule.host_vendor(), path + ".host_vendor");
+    KnownEnum(pvemu::v1::Vendor_descriptor(), rule.guest_vendor(), path + ".guest_vendor");
+    KnownEnum(ReadAction::Action_descriptor(), rule.read(), path + ".read");
+    KnownEnum(WriteAction::Action_descriptor(), rule.write(), path + ".write");
+    KnownEnum(pvemu::v1::ReservedBits_descriptor(), rule.on_reserved_bits(),
+              path + ".on_reserved_bits");
     if (rule.read() == ReadAction::CONST && !rule.has_value()) {
       Error(path + ".read", "read CONST needs a value; add `value: N`");
     }
@@ -151,7 +191,10 @@ class Validator {
             "write PASSTHROUGH needs `allow_host_write: true` (and the daemon's host "
             "writes enabled); add it, or use SHADOW or IGNORE");
     }
-    if (target_ok) out->push_back(Resolved{&rule, path, t});
+    // A rule that decides neither half cannot tie with anything.
+    bool decides = rule.read() != ReadAction::ACTION_UNSPECIFIED ||
+                   rule.write() != WriteAction::ACTION_UNSPECIFIED;
+    if (target_ok && decides) out->push_back(Resolved{&rule, path, t});
   }
 
   // Two rules of one layer tie when some MSR, host and domain could match both
@@ -163,8 +206,8 @@ class Validator {
       if (a.target.first != b.target.first) return a.target.first < b.target.first;
       return a.path < b.path;  // stable, file order within a layer
     });
-    for (size_t i = 0; i < rules.size(); ++i) {
-      for (size_t j = i + 1; j < rules.size(); ++j) {
+    for (size_t i = 0; i < rules.size() && !full(); ++i) {
+      for (size_t j = i + 1; j < rules.size() && !full(); ++j) {
         const Resolved& a = rules[i];
         const Resolved& b = rules[j];
         if (b.target.single != a.target.single || b.target.width() != a.target.width() ||

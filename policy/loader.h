@@ -1,8 +1,9 @@
 // Reading and validating policy files and messages. Every error reads
 // "FILE:LINE:COL: message" (1-based) for text with positions, or
 // "SOURCE:FIELD.PATH: message" for a message without them (gRPC), and says
-// what to do. All errors are collected, not just the first, and returned as
-// one InvalidArgument with one error per line.
+// what to do. Errors are collected, not just the first (up to 8, so a flood
+// of copies of one mistake stays readable and fits in a gRPC status), and
+// returned as one InvalidArgument with one error per line.
 //
 // Thread-safety: free functions without shared state.
 #ifndef PVEMU_POLICY_LOADER_H_

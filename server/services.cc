@@ -86,8 +86,17 @@ void FillEdit(const policy::EditResult& result, v1::EditResponse* response) {
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  // The message travels percent-encoded in a trailer, and clients refuse
+  // metadata over 8 KiB with a transport error that hides this status. Long
+  // messages echo the caller's input (an MSR "name" of megabytes); cut them.
+  constexpr size_t kMaxMessage = 2048;
+  absl::string_view message = status.message();
+  if (message.size() > kMaxMessage) {
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        absl::StrCat(message.substr(0, kMaxMessage), "... (",
+                                     message.size() - kMaxMessage, " more bytes)"));
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
 }
 
 void ExplanationToProto(const policy::Explanation& e, const policy::Snapshot& snapshot,

@@ -130,5 +130,15 @@ TEST(ParseMsr, UnknownNameSuggestsNearest) {
                        HasSubstr("did you mean IA32_THERM_CONTROL (0x19a)?")));
 }
 
+TEST(ParseMsr, HugeUnknownNameIsQuotedInPartWithoutASuggestion) {
+  // A megabyte "name" over the API: no edit-distance search (quadratic in
+  // the word), and the error quotes a prefix rather than echoing it all.
+  const std::string huge(1 << 20, 'Q');
+  absl::Status status = ParseMsr(huge).status();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                               HasSubstr("(1048576 bytes, longer than any catalog name)")));
+  EXPECT_LT(status.message().size(), 300u);
+}
+
 }  // namespace
 }  // namespace pvemu::policy
