@@ -1,8 +1,12 @@
 // Replay throughput: BM_ReplayInMemory runs a preloaded trap log (decoded to
 // trap-path structs) through the dispatcher; BM_ReplayFile streams a binary
-// .traps file (read, convert, dispatch, compare with the expectation) and
-// reports the process's peak resident memory, which must not depend on the
-// file's length (Arg: records in the file; 10M is the size).
+// .traps file (read, decode to structs with NextTrap, dispatch, compare with
+// the record's expectation). BM_ReplayFile's counters: the process's peak
+// resident memory, which must not depend on the file's length (Arg: records
+// in the file; 10M is the size); the records whose outcome did not
+// match (0: the expectations are what a fresh dispatcher answered when the
+// file was written); the heap allocations of the timed loop (a few per file,
+// none per record).
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -13,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "emulator/decoder.h"
 #include "emulator/trap_convert.h"
 #include "emulator/traplog.h"
 #include "policy/loader.h"
@@ -55,20 +60,60 @@ void BM_ReplayInMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplayInMemory);
 
-// Writes (once per size) a .traps file of `records` records from the mix.
+// What `out` says, as a capture would record it: the kind, the vector of an
+// exception, the value read by RDMSR or IN, the registers CPUID returned.
+void SetExpectation(const emulator::Outcome& out, const emulator::Instruction& insn,
+                    emulator::DecodeError error, v1::Expectation* expect) {
+  expect->set_kind(static_cast<v1::Outcome::Kind>(out.kind));
+  if (out.kind == emulator::OutcomeKind::kException) {
+    expect->set_vector(static_cast<v1::Vector>(out.vector));
+    return;
+  }
+  if (out.kind != emulator::OutcomeKind::kCompleted || error != emulator::DecodeError::kOk) return;
+  const uint64_t* r = out.regs.gpr;
+  switch (insn.kind) {
+    case emulator::InsnKind::kRdmsr:
+      expect->set_value((r[emulator::kRdx] << 32) | (r[emulator::kRax] & 0xffffffffu));
+      break;
+    case emulator::InsnKind::kIn:
+      expect->set_value(r[emulator::kRax] &
+                        (insn.operand_size == 32 ? 0xffffffffu : (1u << insn.operand_size) - 1));
+      break;
+    case emulator::InsnKind::kCpuid:
+      expect->mutable_cpuid()->set_eax(static_cast<uint32_t>(r[emulator::kRax]));
+      expect->mutable_cpuid()->set_ebx(static_cast<uint32_t>(r[emulator::kRbx]));
+      expect->mutable_cpuid()->set_ecx(static_cast<uint32_t>(r[emulator::kRcx]));
+      expect->mutable_cpuid()->set_edx(static_cast<uint32_t>(r[emulator::kRdx]));
+      break;
+    default:
+      break;
+  }
+}
+
+// Writes (once per size and format) a .traps file of `records` records from
+// the mix, each expecting what a fresh dispatcher answers when the records
+// are replayed in order from the start (as BM_ReplayFile does). A file kept
+// from before a change in what the dispatcher answers shows mismatches;
+// delete $TMPDIR/pvemu-bench-PVTRAPS2-* to write it again.
 std::string TrapsFile(int64_t records) {
   std::string path = (std::filesystem::temp_directory_path() /
-                      absl::StrCat("pvemu-bench-", records, ".traps"))
+                      absl::StrCat("pvemu-bench-", emulator::kTrapsMagic, "-", records, ".traps"))
                          .string();
   if (std::filesystem::exists(path)) return path;
   auto writer = emulator::TrapLogWriter::Open(path);
   if (!writer.ok()) return "";
+  ReplayWorld world;
+  auto session = world.dispatcher->NewSession();
   const std::vector<emulator::Trap> mix = MakeTrapMix(1 << 12);
   v1::TrapRecord rec;
   for (int64_t i = 0; i < records; ++i) {
+    const emulator::Trap& trap = mix[i & (mix.size() - 1)];
+    emulator::Instruction insn;
+    emulator::DecodeError error = emulator::DecodeError::kOk;
+    const emulator::Outcome out = session->Handle(trap, &insn, &error);
     rec.Clear();
-    emulator::TrapToProto(mix[i & (mix.size() - 1)], rec.mutable_trap());
-    rec.mutable_expect()->set_kind(v1::Outcome::COMPLETED);
+    emulator::TrapToProto(trap, rec.mutable_trap());
+    SetExpectation(out, insn, error, rec.mutable_expect());
     if (!(*writer)->Append(rec).ok()) return "";
   }
   return (*writer)->Close().ok() ? path : "";
@@ -91,24 +136,32 @@ void BM_ReplayFile(benchmark::State& state) {
   auto session = world.dispatcher->NewSession();
   const long rss_before = PeakRssKiB();
   int64_t replayed = 0;
+  int64_t mismatches = 0;
+  const uint64_t allocations_before = HeapAllocations();
   for (auto _ : state) {
     auto reader = emulator::TrapLogReader::Open(path);
     if (!reader.ok()) {
       state.SkipWithError("cannot open the .traps file");
       return;
     }
-    v1::TrapRecord rec;
     emulator::Trap trap;
+    emulator::ExpectedOutcome expect;
     while (true) {
-      absl::StatusOr<bool> more = (*reader)->Next(&rec);
-      if (!more.ok() || !*more) break;
-      absl::StatusOr<emulator::Trap> t = emulator::TrapFromProto(rec.trap());
-      if (!t.ok()) continue;
-      benchmark::DoNotOptimize(session->Handle(*t));
+      absl::StatusOr<bool> more = (*reader)->NextTrap(&trap, &expect);
+      if (!more.ok()) {
+        state.SkipWithError(std::string(more.status().message()).c_str());
+        return;
+      }
+      if (!*more) break;
+      const emulator::Outcome out = session->Handle(trap);
+      if (!emulator::CheckExpectation(expect, trap, out).ok()) ++mismatches;
       ++replayed;
     }
   }
   state.SetItemsProcessed(replayed);
+  state.counters["mismatches"] = static_cast<double>(mismatches);
+  // Opening the reader allocates a few times; reading must not, per record.
+  state.counters["heap_allocs"] = static_cast<double>(HeapAllocations() - allocations_before);
   state.counters["peak_rss_kib"] = static_cast<double>(PeakRssKiB());
   state.counters["peak_rss_growth_kib"] = static_cast<double>(PeakRssKiB() - rss_before);
 }

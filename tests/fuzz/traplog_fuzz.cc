@@ -1,13 +1,20 @@
 // Fuzzes the trap-log readers through in-memory streams: the input is read as
-// a .traps file and as a .textproto. Whatever records come out must be
-// written and read back identical, and CheckExpectation must answer for each.
+// a .traps file (as is, and behind each version's magic) and as a
+// .textproto, with Next() and with NextTrap(), which must agree. Whatever
+// records come out must be written and read back identical (and a PVTRAPS2
+// file that reads cleanly must come back byte for byte), the writer must
+// refuse exactly what PVTRAPS2 cannot hold, and CheckExpectation must answer
+// for each record, the struct form as the record form does.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "emulator/trap_convert.h"
 #include "emulator/traplog.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -16,6 +23,14 @@ namespace {
 
 namespace v1 = ::pvemu::v1;
 using ::pvemu::emulator::CheckExpectation;
+using ::pvemu::emulator::ExpectedOutcome;
+using ::pvemu::emulator::ExpectedOutcomeFromProto;
+using ::pvemu::emulator::kTrapsMagic;
+using ::pvemu::emulator::kTrapsMagicV1;
+using ::pvemu::emulator::Outcome;
+using ::pvemu::emulator::OutcomeKind;
+using ::pvemu::emulator::Trap;
+using ::pvemu::emulator::TrapFromProto;
 using ::pvemu::emulator::TrapLogEncoding;
 using ::pvemu::emulator::TrapLogReader;
 using ::pvemu::emulator::TrapLogWriter;
@@ -31,48 +46,144 @@ void IgnoreLog(google::protobuf::LogLevel, const char*, int,
                const std::string&) {}
 const bool kQuiet = (google::protobuf::SetLogHandler(IgnoreLog), true);
 
-std::vector<v1::TrapRecord> ReadAll(const std::string& bytes,
-                                    TrapLogEncoding enc) {
-  std::vector<v1::TrapRecord> out;
+struct Records {
+  std::vector<v1::TrapRecord> records;
+  absl::Status end;  // OK at a clean end
+};
+
+Records ReadAll(const std::string& bytes, TrapLogEncoding enc) {
+  Records out;
   std::istringstream in(bytes);
   auto reader = TrapLogReader::ForStream(&in, enc, "fuzz");
   if (!reader.ok()) {
     Check(!reader.status().message().empty(), "error without a message");
+    out.end = reader.status();
     return out;
   }
   v1::TrapRecord rec;
   while (true) {
     absl::StatusOr<bool> more = (*reader)->Next(&rec);
     if (!more.ok()) {
-      // Sticky: the same error again.
+      // Sticky: the same error again, from either call.
       absl::StatusOr<bool> again = (*reader)->Next(&rec);
       Check(!again.ok() && again.status() == more.status(), "error not sticky");
+      Trap trap;
+      absl::StatusOr<bool> fast = (*reader)->NextTrap(&trap, nullptr);
+      Check(!fast.ok() && fast.status() == more.status(),
+            "error not sticky for NextTrap");
+      out.end = more.status();
       break;
     }
     if (!*more) break;
-    out.push_back(rec);
+    out.records.push_back(rec);
   }
-  Check((*reader)->records_read() == static_cast<int64_t>(out.size()),
+  Check((*reader)->records_read() == static_cast<int64_t>(out.records.size()),
         "records_read miscounts");
   return out;
 }
 
-void RoundTrip(const std::vector<v1::TrapRecord>& records,
-               TrapLogEncoding enc) {
+bool SameTrap(const Trap& a, const Trap& b) {
+  return a.domain == b.domain && a.vcpu == b.vcpu && a.mode == b.mode &&
+         a.cpl == b.cpl && a.insn_len == b.insn_len &&
+         std::memcmp(a.insn, b.insn, sizeof(a.insn)) == 0 &&
+         std::memcmp(a.regs.gpr, b.regs.gpr, sizeof(a.regs.gpr)) == 0 &&
+         a.regs.rip == b.regs.rip && a.regs.rflags == b.regs.rflags &&
+         a.host_tsc == b.host_tsc;
+}
+
+// NextTrap over the same bytes must give TrapFromProto and
+// ExpectedOutcomeFromProto of what Next() gave, up to the first record whose
+// trap does not convert (an error there), else up to Next()'s own end.
+void CheckNextTrap(const std::string& bytes, TrapLogEncoding enc,
+                   const Records& by_next) {
+  std::istringstream in(bytes);
+  auto reader = TrapLogReader::ForStream(&in, enc, "fuzz");
+  if (!reader.ok()) {
+    Check(reader.status() == by_next.end, "Open differs");
+    return;
+  }
+  size_t i = 0;
+  while (true) {
+    Trap trap;
+    ExpectedOutcome expect;
+    absl::StatusOr<bool> more = (*reader)->NextTrap(&trap, &expect);
+    if (i < by_next.records.size()) {
+      const v1::TrapRecord& rec = by_next.records[i];
+      absl::StatusOr<Trap> want = TrapFromProto(rec.trap());
+      if (!want.ok()) {
+        Check(more.status().code() == absl::StatusCode::kInvalidArgument,
+              "NextTrap took a trap TrapFromProto refuses");
+        return;
+      }
+      Check(more.ok() && *more, "NextTrap stopped before Next did");
+      Check(SameTrap(trap, *want), "NextTrap's trap differs");
+      Check(expect == ExpectedOutcomeFromProto(rec.expect()),
+            "NextTrap's expectation differs");
+      ++i;
+      continue;
+    }
+    Check(more.status() == by_next.end, "NextTrap ends differently");
+    Check(!more.ok() || !*more, "NextTrap went past Next's end");
+    return;
+  }
+}
+
+// Whether PVTRAPS2 can hold `r`: what the writer must accept (records from a
+// reader have UTF-8 strings already).
+bool V2CanHold(const v1::TrapRecord& r) {
+  const v1::Trap& t = r.trap();
+  return t.insn().size() <= 15 && t.cpl() <= 3 &&
+         v1::CpuMode_IsValid(t.mode()) &&
+         (!r.has_trap() || TrapFromProto(t).ok()) &&
+         v1::Outcome_Kind_IsValid(r.expect().kind()) &&
+         (!r.expect().has_vector() ||
+          v1::Vector_IsValid(r.expect().vector())) &&
+         216 + r.source().size() + r.note().size() <=
+             pvemu::emulator::kMaxTrapRecordBytes;
+}
+
+// Writes what `enc` can hold of `records` and reads it back identical.
+// Returns the bytes written.
+std::string RoundTrip(const std::vector<v1::TrapRecord>& records,
+                      TrapLogEncoding enc) {
   std::stringstream buf;
   auto writer = TrapLogWriter::ForStream(&buf, enc, "mem");
+  std::vector<v1::TrapRecord> kept;
   for (const v1::TrapRecord& r : records) {
-    Check(writer->Append(r).ok(),
-          "writer refused a record the reader accepted");
+    absl::Status s = writer->Append(r);
+    if (enc == TrapLogEncoding::kText) {
+      Check(s.ok(), "text writer refused a record the reader accepted");
+    } else {
+      Check(s.ok() == V2CanHold(r),
+            "binary writer refuses other than what PVTRAPS2 cannot hold");
+      Check(s.ok() || s.code() == absl::StatusCode::kInvalidArgument,
+            "binary writer refusal is not InvalidArgument");
+    }
+    if (!s.ok()) continue;
+    kept.push_back(r);
+    // Neither encoding keeps fields this schema does not know.
+    kept.back().DiscardUnknownFields();
   }
   Check(writer->Close().ok(), "writer close");
-  std::vector<v1::TrapRecord> back = ReadAll(buf.str(), enc);
-  Check(back.size() == records.size(), "round trip changed the record count");
-  for (size_t i = 0; i < back.size(); ++i) {
-    Check(
-        google::protobuf::util::MessageDifferencer::Equals(records[i], back[i]),
-        "round trip changed a record");
+  Records back = ReadAll(buf.str(), enc);
+  Check(back.end.ok(), "what the writer wrote does not read back");
+  Check(back.records.size() == kept.size(),
+        "round trip changed the record count");
+  for (size_t i = 0; i < back.records.size(); ++i) {
+    Check(google::protobuf::util::MessageDifferencer::Equals(kept[i],
+                                                             back.records[i]),
+          "round trip changed a record");
   }
+  CheckNextTrap(buf.str(), enc, back);
+  return buf.str();
+}
+
+Outcome StructOutcome(const v1::Outcome& o) {
+  Outcome out;
+  out.kind = static_cast<OutcomeKind>(o.kind());
+  out.vector = static_cast<pvemu::emulator::Vector>(o.exception().vector());
+  pvemu::emulator::RegsFromProto(o.regs(), &out.regs);
+  return out;
 }
 
 void CheckAll(const std::vector<v1::TrapRecord>& records) {
@@ -84,6 +195,7 @@ void CheckAll(const std::vector<v1::TrapRecord>& records) {
     v1::Outcome fault;
     fault.set_kind(v1::Outcome::EXCEPTION);
     fault.mutable_exception()->set_vector(v1::GP);
+    absl::StatusOr<Trap> trap = TrapFromProto(r.trap());
     for (const v1::Outcome* o : {&done, &fault}) {
       std::string diff;
       absl::Status s = CheckExpectation(r, *o, &diff);
@@ -91,6 +203,13 @@ void CheckAll(const std::vector<v1::TrapRecord>& records) {
       if (s.code() == absl::StatusCode::kFailedPrecondition) {
         Check(!diff.empty() && diff == s.message(),
               "mismatch without its diff");
+      }
+      // The struct form: the same verdict and message (for a mode this
+      // schema names; the record form reads others as 32-bit).
+      if (trap.ok() && v1::CpuMode_IsValid(r.trap().mode())) {
+        absl::Status fast = CheckExpectation(
+            ExpectedOutcomeFromProto(r.expect()), *trap, StructOutcome(*o));
+        Check(fast == s, "struct CheckExpectation differs");
       }
       s = CheckExpectation(r.expect(), *o, &diff);
       (void)s;
@@ -103,22 +222,28 @@ void CheckAll(const std::vector<v1::TrapRecord>& records) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)kQuiet;
   const std::string input(reinterpret_cast<const char*>(data), size);
-  // As binary: also with the magic prepended, so the fuzzer need not find it.
-  for (const std::string& bytes : {input, std::string("PVTRAPS1") + input}) {
-    std::vector<v1::TrapRecord> records =
-        ReadAll(bytes, TrapLogEncoding::kBinary);
-    RoundTrip(records, TrapLogEncoding::kBinary);
-    // Text cannot carry fields this schema does not know; the writer drops
-    // them.
-    for (v1::TrapRecord& r : records) r.DiscardUnknownFields();
-    RoundTrip(records, TrapLogEncoding::kText);
-    CheckAll(records);
+  // As binary: also behind each magic, so the fuzzer need not find them.
+  for (const std::string& bytes : {input, std::string(kTrapsMagicV1) + input,
+                                   std::string(kTrapsMagic) + input}) {
+    Records read = ReadAll(bytes, TrapLogEncoding::kBinary);
+    CheckNextTrap(bytes, TrapLogEncoding::kBinary, read);
+    const std::string written =
+        RoundTrip(read.records, TrapLogEncoding::kBinary);
+    // Each PVTRAPS2 record has one encoding: a clean file of records the
+    // writer accepts comes back byte for byte.
+    bool all_held = true;
+    for (const v1::TrapRecord& r : read.records) all_held &= V2CanHold(r);
+    if (absl::StartsWith(bytes, kTrapsMagic) && read.end.ok() && all_held) {
+      Check(written == bytes, "a clean PVTRAPS2 file was not rewritten as is");
+    }
+    RoundTrip(read.records, TrapLogEncoding::kText);
+    CheckAll(read.records);
   }
   if (size <= 64 * 1024) {
-    std::vector<v1::TrapRecord> records =
-        ReadAll(input, TrapLogEncoding::kText);
-    RoundTrip(records, TrapLogEncoding::kBinary);
-    CheckAll(records);
+    Records read = ReadAll(input, TrapLogEncoding::kText);
+    CheckNextTrap(input, TrapLogEncoding::kText, read);
+    RoundTrip(read.records, TrapLogEncoding::kBinary);
+    CheckAll(read.records);
   }
   return 0;
 }
