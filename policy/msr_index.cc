@@ -6,7 +6,7 @@ namespace pvemu::policy {
 
 void MsrIndex::Size(size_t n, uint32_t* mask, int* shift) {
   int bits = 3;
-  while ((size_t{1} << bits) < 2 * n) ++bits;
+  while ((size_t{1} << bits) < n + n / 3) ++bits;  // at most 3/4 full
   *mask = (uint32_t{1} << bits) - 1;
   *shift = 64 - bits;
 }

@@ -78,7 +78,8 @@ class MsrIndex {
     // neighbours over the whole table.
     return static_cast<uint32_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> shift);
   }
-  // Sizes an open-addressing table for n keys (at most half full).
+  // Sizes an open-addressing table for n keys (at most 3/4 full: denser
+  // tables miss the cache less, and a probe sequence stays in one line).
   static void Size(size_t n, uint32_t* mask, int* shift);
   uint32_t FindInIntervals(uint32_t msr) const;
   // The decision of the interval in [begin, end) holding msr, or fallback_.

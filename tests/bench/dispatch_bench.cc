@@ -6,8 +6,9 @@
 //   BM_DispatchHooksOff within 2% of BM_DispatchHooksBare (and
 //   BM_DispatchHooksOverhead's overhead_pct, the same comparison interleaved);
 //   heap_allocs == 0: allocations over a whole pass of the traps after warm-up.
-#include <algorithm>
-#include <chrono>
+#include <Zydis/Zydis.h>
+
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "server/audit.h"
 #include "server/dispatch.h"
 #include "server/hosts/sim_host.h"
+#include "tests/bench/interleave.h"
 #include "tests/bench/policy_gen.h"
 #include "tests/bench/trap_mix.h"
 
@@ -91,70 +93,73 @@ BENCHMARK(BM_DispatchHooksBare);
 
 // The 2% target needs a finer instrument than two benchmarks run one after
 // the other on a shared machine (identical benchmarks differ by up to 8%
-// between runs). This one alternates short batches of the hooked and the
-// bare path, so drift hits both alike. Each path runs half the batches (as
-// two variants, A and B): the branch predictor learns a path in proportion
-// to the time it runs, so an uneven split would favour one. Each batch takes
-// the next traps of the stream, and the order rotates so every variant
-// follows every other equally often.
-// Batches a preemption hit are outliers, so the figures compare medians.
+// between runs): hooked and bare batches interleaved (interleave.h), each
+// path as two variants so both run half the time.
 //   overhead_pct = hooked vs bare; noise_pct = bare B vs bare A.
 void BM_DispatchHooksOverhead(benchmark::State& state) {
   World world;
   auto session = world.dispatcher->NewSession();
   const std::vector<emulator::Trap> traps = MakeTrapMix();
   (void)AllocationsPerPass(*session, traps);
-  constexpr size_t kBatch = 512;
-  constexpr int kVariants = 4;  // hooked A, bare A, hooked B, bare B
-  std::vector<double> ns[kVariants];
-  for (auto& v : ns) v.reserve(1 << 16);
-  size_t at = 0;
-  int round = 0;
-  for (auto _ : state) {
-    for (int step = 0; step < kVariants; ++step) {
-      const int which = (round + step) % kVariants;
-      const bool hooked = (which % 2) == 0;
-      const auto start = std::chrono::steady_clock::now();
-      for (size_t k = 0; k < kBatch; ++k) {
-        const emulator::Trap& t = traps[(at + k) & (traps.size() - 1)];
-        emulator::Outcome out = hooked ? session->Handle(t) : session->HandleBare(t);
+  // Variants: hooked A, bare A, hooked B, bare B.
+  const std::array<double, 4> ns =
+      InterleavedMedians<4>(state, traps.size(), [&](int which, size_t i) {
+        emulator::Outcome out =
+            which % 2 == 0 ? session->Handle(traps[i]) : session->HandleBare(traps[i]);
         benchmark::DoNotOptimize(out);
-      }
-      ns[which].push_back(std::chrono::duration<double, std::nano>(
-                              std::chrono::steady_clock::now() - start)
-                              .count() /
-                          kBatch);
-      at = (at + kBatch) & (traps.size() - 1);
-    }
-    round = (round + 1) % kVariants;
-  }
-  state.SetItemsProcessed(state.iterations() * kVariants * kBatch);
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
-  std::vector<double> hooked = ns[0], bare = ns[1];
-  hooked.insert(hooked.end(), ns[2].begin(), ns[2].end());
-  bare.insert(bare.end(), ns[3].begin(), ns[3].end());
-  const double hooked_ns = median(hooked), bare_ns = median(bare);
-  state.counters["hooked_ns"] = hooked_ns;
-  state.counters["bare_ns"] = bare_ns;
-  state.counters["overhead_pct"] = 100.0 * (hooked_ns - bare_ns) / bare_ns;
-  state.counters["noise_pct"] = 100.0 * (median(ns[3]) - median(ns[1])) / median(ns[1]);
+      });
+  const double hooked = (ns[0] + ns[2]) / 2, bare = (ns[1] + ns[3]) / 2;
+  state.counters["hooked_ns"] = hooked;
+  state.counters["bare_ns"] = bare;
+  state.counters["overhead_pct"] = 100.0 * (hooked - bare) / bare;
+  state.counters["noise_pct"] = 100.0 * (ns[3] - ns[1]) / ns[1];
 }
 BENCHMARK(BM_DispatchHooksOverhead);
 
-// RDMSR traps over policies of 10 and 10000 rules (half single, half ranges),
-// probing 4096 distinct MSRs: single hits, range hits, gaps and misses.
-// The trap itself is one struct whose RCX changes per iteration: a real
-// trap's registers arrive hot in cache (the hypervisor just saved them), so
-// streaming a 750 KB array of traps through the cache here would measure
-// that array evicting the policy, not the policy's size.
-void BM_DispatchRules(benchmark::State& state) {
-  const int rules = static_cast<int>(state.range(0));
-  v1::Policy policy = MakeRulesPolicy(rules);
-  World world(&policy);
+// BM_DispatchMix against BM_DecodeMix_Zydis, interleaved on the same traps
+// (target: the whole trap in at most half the time Zydis takes to decode
+// it, ratio >= 2).
+void BM_DispatchMixVsZydis(benchmark::State& state) {
+  World world;
   auto session = world.dispatcher->NewSession();
+  const std::vector<emulator::Trap> traps = MakeTrapMix();
+  (void)AllocationsPerPass(*session, traps);
+  ZydisDecoder decoders[4];  // indexed by emulator::Mode
+  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::kReal)],
+                   ZYDIS_MACHINE_MODE_REAL_16, ZYDIS_STACK_WIDTH_16);
+  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::k16)],
+                   ZYDIS_MACHINE_MODE_LEGACY_16, ZYDIS_STACK_WIDTH_16);
+  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::k32)],
+                   ZYDIS_MACHINE_MODE_LEGACY_32, ZYDIS_STACK_WIDTH_32);
+  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::k64)],
+                   ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  for (ZydisDecoder& d : decoders) ZydisDecoderEnableMode(&d, ZYDIS_DECODER_MODE_MINIMAL, ZYAN_TRUE);
+  ZydisDecodedInstruction insn;
+  // Variants: dispatch A, Zydis A, dispatch B, Zydis B.
+  const std::array<double, 4> ns =
+      InterleavedMedians<4>(state, traps.size(), [&](int which, size_t i) {
+        const emulator::Trap& t = traps[i];
+        if (which % 2 == 0) {
+          emulator::Outcome out = session->Handle(t);
+          benchmark::DoNotOptimize(out);
+        } else {
+          benchmark::DoNotOptimize(ZydisDecoderDecodeInstruction(
+              &decoders[static_cast<int>(t.mode)], nullptr, t.insn, t.insn_len, &insn));
+          benchmark::DoNotOptimize(insn);
+        }
+      });
+  const double dispatch = (ns[0] + ns[2]) / 2, zydis = (ns[1] + ns[3]) / 2;
+  state.counters["dispatch_ns"] = dispatch;
+  state.counters["zydis_ns"] = zydis;
+  state.counters["ratio"] = zydis / dispatch;
+}
+BENCHMARK(BM_DispatchMixVsZydis);
+
+
+// RDMSR traps for a policy of `rules` rules (half single, half ranges):
+// 4096 distinct MSRs, a quarter each single hits, range hits, gaps between
+// ranges and misses near the singles, over domains 0-3.
+std::vector<emulator::Trap> RuleTraps(int rules) {
   const std::vector<uint32_t> probes = MakeRuleProbes(rules, 4096);
   std::vector<emulator::Trap> traps(probes.size());
   for (size_t k = 0; k < traps.size(); ++k) {
@@ -165,20 +170,78 @@ void BM_DispatchRules(benchmark::State& state) {
     t.insn_len = 2;
     t.regs.gpr[emulator::kRcx] = probes[k];
   }
+  return traps;
+}
+
+// What varies between the rule traps, packed (32 KB rather than 750 KB).
+struct Probe {
+  uint32_t domain;
+  uint32_t msr;
+};
+std::vector<Probe> Probes(const std::vector<emulator::Trap>& traps) {
+  std::vector<Probe> probes;
+  for (const emulator::Trap& t : traps) {
+    probes.push_back({t.domain, static_cast<uint32_t>(t.regs.gpr[emulator::kRcx])});
+  }
+  return probes;
+}
+
+// BM_DispatchRules: policies of 10 and 10000 rules. The trap itself is one
+// struct whose domain and RCX change per iteration: a real trap's registers
+// arrive hot in cache (the hypervisor just saved them), so streaming a
+// 750 KB array of traps through the cache here would measure that array
+// evicting the policy, not the policy's size.
+void BM_DispatchRules(benchmark::State& state) {
+  const int rules = static_cast<int>(state.range(0));
+  v1::Policy policy = MakeRulesPolicy(rules);
+  World world(&policy);
+  auto session = world.dispatcher->NewSession();
+  const std::vector<emulator::Trap> traps = RuleTraps(rules);
   const uint64_t allocs = AllocationsPerPass(*session, traps);
+  const std::vector<Probe> probes = Probes(traps);
   emulator::Trap trap = traps[0];
   size_t i = 0;
   for (auto _ : state) {
-    trap.domain = static_cast<uint32_t>(i & 3);
-    trap.regs.gpr[emulator::kRcx] = probes[i];
+    trap.domain = probes[i].domain;
+    trap.regs.gpr[emulator::kRcx] = probes[i].msr;
     emulator::Outcome out = session->Handle(trap);
     benchmark::DoNotOptimize(out);
-    i = (i + 1) & (probes.size() - 1);
+    i = (i + 1) & (traps.size() - 1);
   }
   state.SetItemsProcessed(state.iterations());
   state.counters["heap_allocs"] = static_cast<double>(allocs);
 }
 BENCHMARK(BM_DispatchRules)->Arg(10)->Arg(10000);
+
+// The same two policies interleaved (interleave.h); target ratio <= 1.25.
+void BM_DispatchRulesRatio(benchmark::State& state) {
+  v1::Policy small_policy = MakeRulesPolicy(10), large_policy = MakeRulesPolicy(10000);
+  World small(&small_policy), large(&large_policy);
+  auto small_session = small.dispatcher->NewSession();
+  auto large_session = large.dispatcher->NewSession();
+  const std::vector<emulator::Trap> small_traps = RuleTraps(10), large_traps = RuleTraps(10000);
+  (void)AllocationsPerPass(*small_session, small_traps);
+  (void)AllocationsPerPass(*large_session, large_traps);
+  const std::vector<Probe> small_probes = Probes(small_traps), large_probes = Probes(large_traps);
+  emulator::Trap trap = small_traps[0];
+  // Variants: 10 rules A, 10000 rules A, 10 rules B, 10000 rules B.
+  const std::array<double, 4> ns =
+      InterleavedMedians<4>(state, small_probes.size(), [&](int which, size_t i) {
+        const bool large_one = which % 2 == 1;
+        const Probe& p = large_one ? large_probes[i] : small_probes[i];
+        trap.domain = p.domain;
+        trap.regs.gpr[emulator::kRcx] = p.msr;
+        emulator::Outcome out =
+            large_one ? large_session->Handle(trap) : small_session->Handle(trap);
+        benchmark::DoNotOptimize(out);
+      });
+  const double small_ns = (ns[0] + ns[2]) / 2, large_ns = (ns[1] + ns[3]) / 2;
+  state.counters["rules10_ns"] = small_ns;
+  state.counters["rules10000_ns"] = large_ns;
+  state.counters["ratio"] = large_ns / small_ns;
+}
+BENCHMARK(BM_DispatchRulesRatio);
+
 
 }  // namespace
 }  // namespace pvemu::bench
