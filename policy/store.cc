@@ -344,7 +344,7 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
   RETURN_IF_ERROR(ValidatePolicy(candidate, source));
   const uint64_t next = generation() + 1;
   std::string candidate_text = ToTextProto(candidate);
-  const std::string text = StateText(candidate_text, next);
+  const std::string text = state_dir_.empty() ? std::string() : StateText(candidate_text, next);
 
   // The durable write (two fsyncs: most of an edit's latency) runs while
   // this thread compiles the candidate and renders the diff; the edit is

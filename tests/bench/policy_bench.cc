@@ -98,5 +98,25 @@ void BM_SnapshotReadDuringEdits(benchmark::State& state) {
 }
 BENCHMARK(BM_SnapshotReadDuringEdits)->Arg(0)->Arg(1)->Repetitions(5)->ReportAggregatesOnly(true);
 
+// The CPU part of one SetRule on the shipped default policy, in memory (no
+// state directory, so no fsync): validation, text rendering, compilation and
+// the diff. The daemon's edit latency is this plus one durable write
+// (BM_DaemonSetRule vs BM_DaemonBaseline).
+void BM_StoreSetRuleInMemory(benchmark::State& state) {
+  auto loaded = ParsePolicy(ShippedPolicy("default"), "default");
+  auto store = Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL);
+  if (!store.ok()) return state.SkipWithError("store");
+  v1::MsrRule rule;
+  rule.set_msr("0x1b0");
+  rule.set_read(v1::ReadAction::CONST);
+  uint64_t value = 0;
+  for (auto _ : state) {
+    rule.set_value(++value);
+    auto result = (*store)->SetRule(LayerRef::Domain(3), rule, EditOptions());
+    if (!result.ok()) return state.SkipWithError("edit failed");
+  }
+}
+BENCHMARK(BM_StoreSetRuleInMemory)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace pvemu::policy
