@@ -1,12 +1,19 @@
 #include "policy/source_map.h"
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 
 namespace pvemu::policy {
 
+using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
@@ -41,6 +48,56 @@ void SourceMap::Record(const Message& msg, const TextFormat::ParseInfoTree& tree
       }
     }
   }
+}
+
+std::optional<SourceMap> SourceMap::FromPrinterOutput(std::string source, const Descriptor& root,
+                                                     absl::string_view text) {
+  SourceMap map(std::move(source));
+  struct Frame {
+    const Descriptor* type;
+    std::string path;
+    absl::flat_hash_map<const FieldDescriptor*, int> seen;  // repeated fields so far
+  };
+  std::vector<Frame> stack;
+  stack.push_back(Frame{&root, "", {}});
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    const absl::string_view t = absl::StripLeadingAsciiWhitespace(line);
+    if (t.empty() || t[0] == '#') continue;
+    if (t == "}") {
+      if (stack.size() == 1) return std::nullopt;
+      stack.pop_back();
+      continue;
+    }
+    // The printer writes "name {", "name: value" or "name: [v, v]" (short
+    // repeated primitives); string values are quoted and escaped on one
+    // line, so only a message opening ends in " {".
+    const size_t name_end = t.find_first_of(": ");
+    if (name_end == absl::string_view::npos) return std::nullopt;
+    Frame& top = stack.back();
+    const FieldDescriptor* f = top.type->FindFieldByName(std::string(t.substr(0, name_end)));
+    if (f == nullptr) return std::nullopt;
+    const bool opens = absl::EndsWith(t, " {");
+    if (opens != (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE)) return std::nullopt;
+    const Pos pos{line_number, static_cast<int>(line.size() - t.size()) + 1};
+    std::string path = top.path.empty() ? f->name() : absl::StrCat(top.path, ".", f->name());
+    if (f->is_repeated()) {
+      int& next = top.seen[f];
+      absl::string_view value = absl::StripLeadingAsciiWhitespace(t.substr(name_end + 1));
+      if (!opens && absl::StartsWith(value, "[")) {
+        // One line, every element: as many as commas plus one.
+        const int count = 1 + static_cast<int>(std::count(value.begin(), value.end(), ','));
+        for (int i = 0; i < count; ++i) map.pos_[absl::StrCat(path, "[", next++, "]")] = pos;
+        continue;
+      }
+      absl::StrAppend(&path, "[", next++, "]");
+    }
+    map.pos_[path] = pos;
+    if (opens) stack.push_back(Frame{f->message_type(), std::move(path), {}});
+  }
+  if (stack.size() != 1) return std::nullopt;
+  return map;
 }
 
 const SourceMap::Pos* SourceMap::Find(absl::string_view path) const {

@@ -8,6 +8,7 @@
 #ifndef PVEMU_POLICY_SOURCE_MAP_H_
 #define PVEMU_POLICY_SOURCE_MAP_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,6 +27,16 @@ class SourceMap {
   static SourceMap FromParseInfo(std::string source,
                                  const google::protobuf::Message& root,
                                  const google::protobuf::TextFormat::ParseInfoTree& tree);
+
+  // The positions of `text` as protobuf's text printer wrote it for a
+  // message of type `root` (policy files the store writes), found by
+  // reading the lines rather than parsing the values: an edit's state file
+  // gets its positions without a second full parse. Columns are those of
+  // each field's name. nullopt if `text` is not shaped like printer output
+  // (the caller then parses it).
+  static std::optional<SourceMap> FromPrinterOutput(std::string source,
+                                                    const google::protobuf::Descriptor& root,
+                                                    absl::string_view text);
 
   const std::string& source() const { return source_; }
   bool has_positions() const { return !pos_.empty(); }

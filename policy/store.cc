@@ -362,11 +362,19 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
     SourceMap stored = source;
     absl::Status reparsed_ok;
     if (!state_dir_.empty()) {
-      google::protobuf::TextFormat::ParseInfoTree tree;
-      Policy reparsed;
       const std::string path = state_path();
-      reparsed_ok = ParseTextProto(text, path, &reparsed, &tree);
-      if (reparsed_ok.ok()) stored = SourceMap::FromParseInfo(path, reparsed, tree);
+      // The text is the printer's own output, so its positions can be read
+      // off the lines; a full re-parse (several times slower) is the
+      // fallback should the printer ever write something else.
+      if (std::optional<SourceMap> printed =
+              SourceMap::FromPrinterOutput(path, *Policy::descriptor(), text)) {
+        stored = *std::move(printed);
+      } else {
+        google::protobuf::TextFormat::ParseInfoTree tree;
+        Policy reparsed;
+        reparsed_ok = ParseTextProto(text, path, &reparsed, &tree);
+        if (reparsed_ok.ok()) stored = SourceMap::FromParseInfo(path, reparsed, tree);
+      }
     }
     snap = reparsed_ok.ok() ? CompilePolicy(candidate, stored, host_vendor_, next)
                             : absl::StatusOr<std::shared_ptr<const Snapshot>>(reparsed_ok);
