@@ -1,6 +1,8 @@
 // Instruction semantics: one trapped, decoded instruction in, one complete
 // Outcome out (DESIGN.md, "Instruction semantics"). Nothing here allocates,
 // takes a lock or keeps state; thread-safety is that of the Domain and Host.
+// emulator/emulate_inl.h holds the same semantics as templates, for trap
+// paths that know their concrete Domain type (server/dispatch).
 //
 // Contracts every path keeps:
 // - EXCEPTION and UNHANDLED outcomes carry the trap's registers unchanged.

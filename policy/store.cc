@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -352,8 +353,13 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
   // atomic, so a failed write leaves the previous state file in place.
   absl::Status written;
   std::thread writer;
+  bool write_inline = false;
   if (!state_dir_.empty()) {
-    writer = std::thread([this, &text, &written] { written = WriteDurably(state_dir_, text); });
+    try {
+      writer = std::thread([this, &text, &written] { written = WriteDurably(state_dir_, text); });
+    } catch (const std::system_error&) {
+      write_inline = true;  // no thread to be had (EAGAIN): write in line below
+    }
   }
   // Positions for explain come from the text as stored (the state file), or
   // from the caller's source for an in-memory store.
@@ -384,6 +390,7 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
   result.generation = next;
   result.diff = DiffText(*policy_text_, candidate_text);
   if (writer.joinable()) writer.join();
+  if (write_inline) written = WriteDurably(state_dir_, text);
   RETURN_IF_ERROR(written);
   if (!snap.ok()) {
     // Validation passed, so this is not the policy's fault; the file on

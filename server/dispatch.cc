@@ -171,7 +171,6 @@ Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
 
 Dispatcher::Session::~Session() = default;
 
-
 namespace {
 
 // The audit event for one trap: off the common path (it allocates and
@@ -194,8 +193,8 @@ ABSL_ATTRIBUTE_NOINLINE void PublishTrapEvent(AuditHub& audit, const emulator::T
 
 }  // namespace
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline const policy::DomainSnapshot& Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot,
-                                                            uint32_t domain) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline const policy::DomainSnapshot&
+Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain) {
   if (domain_cache_generation_ != reader_.generation()) [[unlikely]] {
     for (CachedDomain& c : domain_cache_) c = CachedDomain{};
     domain_cache_generation_ = reader_.generation();

@@ -3,9 +3,10 @@
 // and audit. Shared by every trap source (gRPC streams, replay, vm_event).
 //
 // Per trap: one acquire load to find the policy snapshot (SnapshotReader),
-// one hash probe for the domain, one for the MSR; no lock, no allocation
-// (except a vCPU's shadow table on its first SHADOW access). Audit costs a
-// branch on the outcome's flags unless a watcher is subscribed.
+// the domain's compiled policy from the session's small cache, one probe of
+// the MSR index; no lock, no allocation (except a vCPU's shadow table on its
+// first SHADOW access). Audit and capture cost one predictable branch while
+// both are off.
 #ifndef PVEMU_SERVER_DISPATCH_H_
 #define PVEMU_SERVER_DISPATCH_H_
 
