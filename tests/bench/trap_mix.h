@@ -3,10 +3,9 @@
 // instructions; ~20% carry prefixes; ~10% come from 32-bit guests. Shared by
 // the benchmarks so decode, dispatch and replay numbers describe one mix.
 //
-// Also declares HeapAllocations(): decode_bench.cc replaces the global
-// operator new for the whole pvemu_bench binary and counts calls, so any
-// benchmark can assert that its trap path does not allocate. Do not define
-// another global operator new in pvemu_bench.
+// Also brings in HeapAllocations(): pvemu_bench links tests/heap_counter.cc,
+// which counts the global operator new, so any benchmark can assert that its
+// trap path does not allocate.
 #ifndef PVEMU_TESTS_BENCH_TRAP_MIX_H_
 #define PVEMU_TESTS_BENCH_TRAP_MIX_H_
 
@@ -16,11 +15,12 @@
 #include <vector>
 
 #include "emulator/cpu.h"
+#include "tests/heap_counter.h"
 
 namespace pvemu::bench {
 
 // Heap allocations (global operator new calls) since the process started.
-uint64_t HeapAllocations();
+using ::pvemu::testing::HeapAllocations;
 
 inline constexpr size_t kTrapMixSize = 4096;
 

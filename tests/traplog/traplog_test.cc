@@ -22,30 +22,9 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "tests/heap_counter.h"
 #include "tests/sanitizers.h"
 #include "tests/status_matchers.h"
-
-// Counting replacements of the global allocation functions for this test
-// binary, so a test can assert that the replay fast path does not allocate.
-// GCC inlines them into callers and then mistakes the malloc/free pairing
-// inside for a new/free mismatch; the pairing is correct by construction.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-namespace {
-std::atomic<uint64_t> g_heap_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace pvemu::emulator {
 namespace {
@@ -1267,7 +1246,7 @@ TEST(TrapsV2Test, ReplayFastPathDoesNotAllocate) {
   Trap trap;
   ExpectedOutcome expect;
   ASSERT_THAT(reader->NextTrap(&trap, &expect), IsOk());  // the first refill
-  const uint64_t before = g_heap_allocations.load();
+  const uint64_t before = ::pvemu::testing::HeapAllocations();
   int n = 1, mismatches = 0;
   while (true) {
     absl::StatusOr<bool> more = reader->NextTrap(&trap, &expect);
@@ -1284,7 +1263,7 @@ TEST(TrapsV2Test, ReplayFastPathDoesNotAllocate) {
     if (!CheckExpectation(expect, trap, out).ok()) ++mismatches;
     ++n;
   }
-  const uint64_t allocations = g_heap_allocations.load() - before;
+  const uint64_t allocations = ::pvemu::testing::HeapAllocations() - before;
   EXPECT_EQ(n, 1000);
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(allocations, 0u);
