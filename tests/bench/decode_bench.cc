@@ -3,8 +3,6 @@
 // emulate with a heap-allocation counter (must stay 0).
 //
 //   build/tests/bench/pvemu_bench --benchmark_filter='BM_Decode'
-#include <Zydis/Zydis.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "emulator/decoder.h"
 #include "emulator/emulate.h"
 #include "tests/bench/trap_mix.h"
+#include "tests/bench/zydis_decoders.h"
 
 namespace pvemu::bench {
 namespace {
@@ -64,19 +63,8 @@ BENCHMARK(BM_DecodeMix_Pvemu);
 
 void BM_DecodeMix_Zydis(benchmark::State& state) {
   const std::vector<Packed>& traps = Mix();
-  ZydisDecoder decoders[4];
-  // Indexed by emulator::Mode.
-  ZydisDecoderInit(&decoders[static_cast<int>(Mode::kReal)],
-                   ZYDIS_MACHINE_MODE_REAL_16, ZYDIS_STACK_WIDTH_16);
-  ZydisDecoderInit(&decoders[static_cast<int>(Mode::k16)],
-                   ZYDIS_MACHINE_MODE_LEGACY_16, ZYDIS_STACK_WIDTH_16);
-  ZydisDecoderInit(&decoders[static_cast<int>(Mode::k32)],
-                   ZYDIS_MACHINE_MODE_LEGACY_32, ZYDIS_STACK_WIDTH_32);
-  ZydisDecoderInit(&decoders[static_cast<int>(Mode::k64)],
-                   ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
-  for (ZydisDecoder& d : decoders) {
-    ZydisDecoderEnableMode(&d, ZYDIS_DECODER_MODE_MINIMAL, ZYAN_TRUE);
-  }
+  ZydisDecoder decoders[4];  // indexed by emulator::Mode
+  InitZydisDecoders(decoders);
   size_t i = 0;
   uint64_t decoded = 0;
   ZydisDecodedInstruction insn;

@@ -6,8 +6,6 @@
 //   BM_DispatchHooksOff within 2% of BM_DispatchHooksBare (and
 //   BM_DispatchHooksOverhead's overhead_pct, the same comparison interleaved);
 //   heap_allocs == 0: allocations over a whole pass of the traps after warm-up.
-#include <Zydis/Zydis.h>
-
 #include <array>
 #include <memory>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "tests/bench/interleave.h"
 #include "tests/bench/policy_gen.h"
 #include "tests/bench/trap_mix.h"
+#include "tests/bench/zydis_decoders.h"
 
 namespace pvemu::bench {
 namespace {
@@ -84,7 +83,7 @@ void RunMix(benchmark::State& state) {
 void BM_DispatchMix(benchmark::State& state) { RunMix<false>(state); }
 BENCHMARK(BM_DispatchMix);
 
-// Hooks (counters, audit, capture) compiled in and switched off...
+// Audit and capture compiled in and switched off...
 void BM_DispatchHooksOff(benchmark::State& state) { RunMix<false>(state); }
 BENCHMARK(BM_DispatchHooksOff);
 // ...against the same path compiled without them.
@@ -125,15 +124,7 @@ void BM_DispatchMixVsZydis(benchmark::State& state) {
   const std::vector<emulator::Trap> traps = MakeTrapMix();
   (void)AllocationsPerPass(*session, traps);
   ZydisDecoder decoders[4];  // indexed by emulator::Mode
-  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::kReal)],
-                   ZYDIS_MACHINE_MODE_REAL_16, ZYDIS_STACK_WIDTH_16);
-  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::k16)],
-                   ZYDIS_MACHINE_MODE_LEGACY_16, ZYDIS_STACK_WIDTH_16);
-  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::k32)],
-                   ZYDIS_MACHINE_MODE_LEGACY_32, ZYDIS_STACK_WIDTH_32);
-  ZydisDecoderInit(&decoders[static_cast<int>(emulator::Mode::k64)],
-                   ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
-  for (ZydisDecoder& d : decoders) ZydisDecoderEnableMode(&d, ZYDIS_DECODER_MODE_MINIMAL, ZYAN_TRUE);
+  InitZydisDecoders(decoders);
   ZydisDecodedInstruction insn;
   // Variants: dispatch A, Zydis A, dispatch B, Zydis B.
   const std::array<double, 4> ns =
