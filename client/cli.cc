@@ -12,8 +12,8 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "policy/catalog.h"
-#include "pvemu/textproto.h"
+#include "x86/msr_catalog.h"
+#include "base/textproto.h"
 
 namespace pvemu::client {
 
@@ -91,7 +91,7 @@ absl::StatusOr<uint32_t> ParseNumber32(absl::string_view text, absl::string_view
 }
 
 absl::StatusOr<uint32_t> ParseMsrArg(absl::string_view text, absl::string_view what) {
-  absl::StatusOr<uint32_t> msr = policy::ParseMsr(text);
+  absl::StatusOr<uint32_t> msr = x86::ParseMsr(text);
   if (!msr.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", msr.status().message()));
   }

@@ -15,13 +15,13 @@
 #include "emulator/trap_convert.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
-#include "policy/catalog.h"
+#include "policy/vendor_proto.h"
+#include "x86/msr_catalog.h"
 #include "policy/explain.h"
 #include "policy/loader.h"
-#include "policy/vendor.h"
-#include "pvemu/status_macros.h"
+#include "x86/vendor.h"
+#include "base/status_macros.h"
 #include "pvemu/v1/service.grpc.pb.h"
-#include "server/services.h"
 
 namespace pvemu::client {
 namespace {
@@ -78,14 +78,15 @@ absl::Status Explain() {
   }
   v1::Vendor vendor;
   if (std::string v = absl::GetFlag(FLAGS_host_vendor); !v.empty()) {
-    ASSIGN_OR_RETURN(vendor, policy::ParseVendor(v));
+    ASSIGN_OR_RETURN(x86::Vendor parsed, x86::ParseVendor(v));
+    vendor = policy::ToProto(parsed);
   } else {
     ASSIGN_OR_RETURN(auto host, HostFromFlags());
     vendor = host->vendor();
   }
   ASSIGN_OR_RETURN(auto store, StoreFromFlags(vendor));
   std::shared_ptr<const policy::Snapshot> snapshot = store->Current();
-  server::ExplanationToProto(policy::ExplainMsr(*snapshot, domain, msr, write), *snapshot,
+  policy::ExplanationToProto(policy::ExplainMsr(*snapshot, domain, msr, write), *snapshot,
                              &response);
   PrintExplanation(response);
   return absl::OkStatus();
@@ -129,7 +130,7 @@ absl::Status Emulate() {
     // --rcx also takes an MSR name, the common case for RDMSR/WRMSR.
     absl::StatusOr<uint64_t> v = ParseNumber(text, r.name);
     if (!v.ok() && r.flag == &FLAGS_rcx) {
-      absl::StatusOr<uint32_t> msr = policy::ParseMsr(text);
+      absl::StatusOr<uint32_t> msr = x86::ParseMsr(text);
       if (msr.ok()) v = *msr;
     }
     if (!v.ok()) return v.status();
@@ -145,7 +146,7 @@ absl::Status Emulate() {
   emulator::DecodeError error;
   emulator::Outcome outcome = session->Handle(trap, &insn, &error);
   v1::Outcome out;
-  server::FillOutcome(trap, outcome, insn, error, session->generation(), &out);
+  dispatch::FillOutcome(trap, outcome, insn, error, session->generation(), &out);
 
   if (JsonOutput()) {
     JsonLine line;

@@ -16,9 +16,10 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
-#include "policy/vendor.h"
-#include "pvemu/status_macros.h"
-#include "pvemu/textproto.h"
+#include "policy/vendor_proto.h"
+#include "x86/vendor.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
 #include "pvemu/v1/service.grpc.pb.h"
 
 namespace pvemu::client {
@@ -120,8 +121,8 @@ absl::Status FillRuleTarget(v1::MsrRule* rule) {
   }
   std::string vendor = absl::GetFlag(FLAGS_host_vendor);
   if (!vendor.empty()) {
-    ASSIGN_OR_RETURN(v1::Vendor v, policy::ParseVendor(vendor));
-    rule->set_host_vendor(v);
+    ASSIGN_OR_RETURN(x86::Vendor v, x86::ParseVendor(vendor));
+    rule->set_host_vendor(policy::ToProto(v));
   }
   return absl::OkStatus();
 }
@@ -340,7 +341,7 @@ int RunStats(const Args& args) {
         .Num("edits", static_cast<double>(response.edits()))
         .Num("uptime_seconds", response.uptime_seconds())
         .Str("host", response.host())
-        .Str("host_vendor", policy::VendorWord(response.host_vendor()))
+        .Str("host_vendor", x86::VendorWord(policy::FromProto(response.host_vendor())))
         .Print();
   } else {
     std::printf(

@@ -17,19 +17,19 @@
 #include "client/commands.h"
 #include "client/flags.h"
 #include "client/offline.h"
-#include "emulator/import.h"
+#include "traplog/import.h"
 #include "emulator/trap_convert.h"
-#include "emulator/traplog.h"
+#include "traplog/traplog.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
-#include "policy/catalog.h"
-#include "pvemu/status_macros.h"
+#include "x86/msr_catalog.h"
+#include "base/status_macros.h"
 #include "pvemu/v1/service.grpc.pb.h"
 
 namespace pvemu::client {
 namespace {
 
-void PrintImportSummary(const emulator::ImportStats& stats) {
+void PrintImportSummary(const traplog::ImportStats& stats) {
   if (JsonOutput()) {
     JsonLine by_format;
     for (const auto& [format, n] : stats.by_format) by_format.Num(format, static_cast<double>(n));
@@ -51,17 +51,17 @@ void PrintImportSummary(const emulator::ImportStats& stats) {
 }
 
 // Imports every log through `sink`, reporting malformed lines on stderr.
-absl::StatusOr<emulator::ImportStats> ImportAll(const Args& logs,
-                                                const emulator::TrapSink& sink) {
+absl::StatusOr<traplog::ImportStats> ImportAll(const Args& logs,
+                                                const traplog::TrapSink& sink) {
   std::string format = absl::GetFlag(FLAGS_from);
-  emulator::ImportStats total;
+  traplog::ImportStats total;
   for (const std::string& log : logs) {
-    ASSIGN_OR_RETURN(emulator::ImportStats stats, emulator::ImportLogFile(format, log, sink));
-    for (const emulator::MalformedLine& m : stats.malformed_lines) {
+    ASSIGN_OR_RETURN(traplog::ImportStats stats, traplog::ImportLogFile(format, log, sink));
+    for (const traplog::MalformedLine& m : stats.malformed_lines) {
       std::fprintf(stderr, "%s:%lld: skipped a malformed trap line: %s\n", log.c_str(),
                    static_cast<long long>(m.line), m.reason.c_str());
     }
-    emulator::MergeImportStats(stats, &total);
+    traplog::MergeImportStats(stats, &total);
   }
   return total;
 }
@@ -69,9 +69,9 @@ absl::StatusOr<emulator::ImportStats> ImportAll(const Args& logs,
 absl::Status Import(const Args& logs) {
   std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return absl::InvalidArgumentError("import needs --out=FILE (.textproto or .traps)");
-  ASSIGN_OR_RETURN(std::unique_ptr<emulator::TrapLogWriter> writer,
-                   emulator::TrapLogWriter::Open(out));
-  ASSIGN_OR_RETURN(emulator::ImportStats total,
+  ASSIGN_OR_RETURN(std::unique_ptr<traplog::TrapLogWriter> writer,
+                   traplog::TrapLogWriter::Open(out));
+  ASSIGN_OR_RETURN(traplog::ImportStats total,
                    ImportAll(logs, [&](v1::TrapRecord&& rec) { return writer->Append(rec); }));
   RETURN_IF_ERROR(writer->Close());
   PrintImportSummary(total);
@@ -112,7 +112,7 @@ void Check(const std::string& file, int64_t index, const v1::TrapRecord& rec,
   if (!rec.has_expect()) return;
   ++summary->checked;
   std::string diff;
-  absl::Status match = emulator::CheckExpectation(rec, outcome, &diff);
+  absl::Status match = traplog::CheckExpectation(rec, outcome, &diff);
   if (match.ok()) return;
   ++summary->mismatches;
   std::string where = rec.source().empty() ? absl::StrCat(file, " record ", index)
@@ -137,7 +137,7 @@ absl::Status ReplayInProcess(const Args& logs, ReplaySummary* summary) {
   v1::Outcome outcome;
   Progress progress;
   for (const std::string& log : logs) {
-    ASSIGN_OR_RETURN(auto reader, emulator::TrapLogReader::Open(log));
+    ASSIGN_OR_RETURN(auto reader, traplog::TrapLogReader::Open(log));
     int64_t index = 0;
     while (true) {
       ASSIGN_OR_RETURN(bool more, reader->Next(&rec));
@@ -152,7 +152,7 @@ absl::Status ReplayInProcess(const Args& logs, ReplaySummary* summary) {
       emulator::DecodeError error;
       emulator::Outcome out = session->Handle(*trap, &insn, &error);
       outcome.Clear();
-      server::FillOutcome(*trap, out, insn, error, session->generation(), &outcome);
+      dispatch::FillOutcome(*trap, out, insn, error, session->generation(), &outcome);
       Check(log, index, rec, outcome, summary);
       progress.Tick(log, index, summary->mismatches);
     }
@@ -170,7 +170,7 @@ absl::Status ReplayThroughServer(const Args& logs, ReplaySummary* summary) {
   auto stub = v1::EmulatorService::NewStub(channel);
   Progress progress;
   for (const std::string& log : logs) {
-    ASSIGN_OR_RETURN(auto reader, emulator::TrapLogReader::Open(log));
+    ASSIGN_OR_RETURN(auto reader, traplog::TrapLogReader::Open(log));
     grpc::ClientContext context;
     auto stream = stub->EmulateStream(&context);
     absl::Mutex mu;
@@ -245,7 +245,7 @@ std::string Describe(const v1::TrapRecord& rec) {
 
 absl::Status Suggest(const Args& logs) {
   std::map<std::pair<uint32_t, bool>, Seen> seen;  // (msr, write)
-  ASSIGN_OR_RETURN(emulator::ImportStats stats,
+  ASSIGN_OR_RETURN(traplog::ImportStats stats,
                    ImportAll(logs, [&](v1::TrapRecord&& rec) -> absl::Status {
                      const std::string& insn = rec.trap().insn();
                      if (insn.size() < 2 || insn[0] != 0x0f || (insn[1] != 0x32 && insn[1] != 0x30)) {
@@ -289,7 +289,7 @@ absl::Status Suggest(const Args& logs) {
       }
     }
     if (write != nullptr) write_action = write->outcomes.count("#GP") ? "GP" : "IGNORE";
-    absl::string_view name = policy::MsrName(msr);
+    absl::string_view name = x86::MsrName(msr);
     std::string target = name.empty() ? HexString(msr) : std::string(name);
     if (JsonOutput()) {
       JsonLine line;

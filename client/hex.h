@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 
 namespace pvemu::client {
 

@@ -8,8 +8,9 @@
 #include "client/flags.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "pvemu/status_macros.h"
-#include "pvemu/textproto.h"
+#include "server/hosts/profiles.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
 #include "server/hosts/sim_host.h"
 
 namespace pvemu::client {
@@ -19,7 +20,7 @@ absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
   if (name.empty()) name = "intel-xeon-e-2136";
   v1::HostProfile profile;
   std::string source = name;
-  absl::string_view shipped = policy::ShippedProfile(name);
+  absl::string_view shipped = server::ShippedProfile(name);
   if (!shipped.empty()) {
     source = absl::StrCat(name, ".textproto");
     RETURN_IF_ERROR(ParseTextProto(shipped, source, &profile));
@@ -28,7 +29,7 @@ absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--host=", name, ": neither a file nor a shipped profile (",
-        absl::StrJoin(policy::ShippedProfileNames(), ", "), ")"));
+        absl::StrJoin(server::ShippedProfileNames(), ", "), ")"));
   }
   ASSIGN_OR_RETURN(auto host, server::SimHost::Create(profile, source));
   return std::unique_ptr<emulator::Host>(std::move(host));
@@ -57,8 +58,8 @@ absl::StatusOr<Offline> OfflineFromFlags() {
   ASSIGN_OR_RETURN(o.host, HostFromFlags());
   ASSIGN_OR_RETURN(o.store, StoreFromFlags(o.host->vendor()));
   // As pvemud by default: PASSTHROUGH writes do not reach the host.
-  server::DispatchOptions options;
-  o.dispatcher = std::make_unique<server::Dispatcher>(*o.store, *o.host, nullptr, options);
+  dispatch::DispatchOptions options;
+  o.dispatcher = std::make_unique<dispatch::Dispatcher>(*o.store, *o.host, nullptr, options);
   return o;
 }
 

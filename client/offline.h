@@ -9,14 +9,14 @@
 #include "absl/status/statusor.h"
 #include "emulator/host.h"
 #include "policy/store.h"
-#include "server/dispatch.h"
+#include "dispatch/dispatch.h"
 
 namespace pvemu::client {
 
 struct Offline {
   std::unique_ptr<emulator::Host> host;
   std::unique_ptr<policy::Store> store;
-  std::unique_ptr<server::Dispatcher> dispatcher;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher;
 };
 
 // --host: a shipped profile name (default intel-xeon-e-2136) or a file.

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "emulator/instruction.h"
 
 namespace pvemu::v1 {

@@ -33,7 +33,7 @@
 #ifndef PVEMU_EMULATOR_EMULATE_H_
 #define PVEMU_EMULATOR_EMULATE_H_
 
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "emulator/decoder.h"
 #include "emulator/domain.h"
 #include "emulator/host.h"

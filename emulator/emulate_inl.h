@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "emulator/decoder.h"
 #include "emulator/domain.h"
 #include "emulator/host.h"

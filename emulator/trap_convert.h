@@ -4,7 +4,7 @@
 #define PVEMU_EMULATOR_TRAP_CONVERT_H_
 
 #include "absl/status/statusor.h"
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "pvemu/v1/trap.pb.h"
 
 namespace pvemu::emulator {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "policy/loader.h"
 #include "policy/rules.h"
-#include "pvemu/status_macros.h"
+#include "base/status_macros.h"
 
 namespace pvemu::policy {
 

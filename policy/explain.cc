@@ -1,7 +1,7 @@
 #include "policy/explain.h"
 
 #include "absl/strings/str_format.h"
-#include "policy/catalog.h"
+#include "x86/msr_catalog.h"
 
 namespace pvemu::policy {
 
@@ -15,7 +15,7 @@ Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
   Explanation x;
   x.domain = domain;
   x.msr = msr;
-  x.name = std::string(MsrName(msr));
+  x.name = std::string(x86::MsrName(msr));
   x.unknown = e.unknown;
   x.write = write_value.has_value();
   const RuleOrigin& o = d.origin(x.write ? e.write_origin : e.read_origin);
@@ -81,6 +81,20 @@ Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
       x.detail = "injects #GP(0)";
   }
   return x;
+}
+
+void ExplanationToProto(const Explanation& e, const Snapshot& snapshot,
+                        v1::ExplainResponse* response) {
+  response->set_domain(e.domain);
+  response->set_msr(e.msr);
+  response->set_name(e.name);
+  response->set_access(e.access());
+  response->set_action(e.action);
+  if (e.value.has_value()) response->set_value(*e.value);
+  response->set_layer(e.layer);
+  response->set_source(e.source);
+  response->set_generation(snapshot.generation());
+  response->set_detail(e.detail);
 }
 
 }  // namespace pvemu::policy

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "policy/compile.h"
+#include "pvemu/v1/service.pb.h"
 
 namespace pvemu::policy {
 
@@ -33,6 +34,11 @@ struct Explanation {
 // Explains a read (no write_value) or a write of `*write_value`.
 Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
                        std::optional<uint64_t> write_value = std::nullopt);
+
+// The Explain answer for an explanation of `snapshot`: the daemon's Explain
+// RPC and pvemuctl's offline explain both print these fields.
+void ExplanationToProto(const Explanation& e, const Snapshot& snapshot,
+                        v1::ExplainResponse* response);
 
 }  // namespace pvemu::policy
 

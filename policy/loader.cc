@@ -8,10 +8,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "policy/catalog.h"
+#include "x86/msr_catalog.h"
 #include "policy/rules.h"
-#include "pvemu/status_macros.h"
-#include "pvemu/textproto.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
 
 namespace pvemu::policy {
 namespace {
@@ -139,7 +139,7 @@ class Validator {
     bool target_ok = true;
     Target t;
     if (rule.target_case() == MsrRule::kMsr) {
-      absl::StatusOr<uint32_t> i = ParseMsr(rule.msr());
+      absl::StatusOr<uint32_t> i = x86::ParseMsr(rule.msr());
       if (!i.ok()) {
         Error(path + ".msr", i.status().message());
         target_ok = false;
@@ -148,8 +148,8 @@ class Validator {
       }
     } else if (rule.target_case() == MsrRule::kRange) {
       t.single = false;
-      absl::StatusOr<uint32_t> first = ParseMsr(rule.range().first());
-      absl::StatusOr<uint32_t> last = ParseMsr(rule.range().last());
+      absl::StatusOr<uint32_t> first = x86::ParseMsr(rule.range().first());
+      absl::StatusOr<uint32_t> last = x86::ParseMsr(rule.range().last());
       if (!first.ok()) Error(path + ".range.first", first.status().message());
       if (!last.ok()) Error(path + ".range.last", last.status().message());
       if (first.ok() && last.ok()) {

@@ -1,8 +1,8 @@
 #include "policy/rules.h"
 
 #include "absl/strings/str_format.h"
-#include "policy/catalog.h"
-#include "pvemu/status_macros.h"
+#include "x86/msr_catalog.h"
+#include "base/status_macros.h"
 
 namespace pvemu::policy {
 
@@ -12,14 +12,14 @@ absl::StatusOr<Target> ResolveTarget(const MsrRule& rule) {
   Target t;
   switch (rule.target_case()) {
     case MsrRule::kMsr: {
-      ASSIGN_OR_RETURN(t.first, ParseMsr(rule.msr()));
+      ASSIGN_OR_RETURN(t.first, x86::ParseMsr(rule.msr()));
       t.last = t.first;
       t.single = true;
       return t;
     }
     case MsrRule::kRange: {
-      ASSIGN_OR_RETURN(t.first, ParseMsr(rule.range().first()));
-      ASSIGN_OR_RETURN(t.last, ParseMsr(rule.range().last()));
+      ASSIGN_OR_RETURN(t.first, x86::ParseMsr(rule.range().first()));
+      ASSIGN_OR_RETURN(t.last, x86::ParseMsr(rule.range().last()));
       t.single = false;
       if (t.first > t.last) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -34,7 +34,7 @@ absl::StatusOr<Target> ResolveTarget(const MsrRule& rule) {
 }
 
 std::string DescribeTarget(const Target& t) {
-  if (t.single) return MsrDisplay(t.first);
+  if (t.single) return x86::MsrDisplay(t.first);
   return absl::StrFormat("range 0x%x-0x%x", t.first, t.last);
 }
 

@@ -1,30 +1,19 @@
 #include "policy/shipped.h"
 
+#include "base/embedded_files.h"
+
 namespace pvemu::policy {
-namespace {
 
-absl::string_view Find(absl::string_view kind, absl::string_view name) {
-  for (size_t i = 0; i < kShippedFileCount; ++i) {
-    if (kShippedFiles[i].kind == kind && kShippedFiles[i].name == name) {
-      return kShippedFiles[i].text;
-    }
-  }
-  return absl::string_view();
+// Generated from policy/defaults/*.textproto (policy/meson.build).
+extern const base::EmbeddedFile kShippedPolicies[];
+extern const size_t kShippedPolicies_count;
+
+absl::string_view ShippedPolicy(absl::string_view name) {
+  return base::FindEmbedded({kShippedPolicies, kShippedPolicies_count}, name);
 }
 
-std::vector<absl::string_view> Names(absl::string_view kind) {
-  std::vector<absl::string_view> out;
-  for (size_t i = 0; i < kShippedFileCount; ++i) {
-    if (kShippedFiles[i].kind == kind) out.push_back(kShippedFiles[i].name);
-  }
-  return out;
+std::vector<absl::string_view> ShippedPolicyNames() {
+  return base::EmbeddedNames({kShippedPolicies, kShippedPolicies_count});
 }
-
-}  // namespace
-
-absl::string_view ShippedPolicy(absl::string_view name) { return Find("policy", name); }
-absl::string_view ShippedProfile(absl::string_view name) { return Find("profile", name); }
-std::vector<absl::string_view> ShippedPolicyNames() { return Names("policy"); }
-std::vector<absl::string_view> ShippedProfileNames() { return Names("profile"); }
 
 }  // namespace pvemu::policy

@@ -18,8 +18,8 @@
 #include "policy/loader.h"
 #include "policy/rules.h"
 #include "policy/shipped.h"
-#include "pvemu/status_macros.h"
-#include "pvemu/textproto.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
 
 namespace pvemu::policy {
 

@@ -15,18 +15,18 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "policy/store.h"
-#include "pvemu/status_macros.h"
-#include "pvemu/textproto.h"
-#include "server/audit.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
+#include "dispatch/audit.h"
 #include "server/auth.h"
-#include "server/dispatch.h"
+#include "dispatch/dispatch.h"
 #include "server/fault_logging_host.h"
 #include "server/hosts/open_host.h"
-#include "server/hosts/xen_host.h"
+#include "server/hosts/xen/xen_host.h"
 #include "server/listener.h"
 #include "server/services.h"
-#include "server/xen_monitor.h"
-#include "server/hosts/xen_vm_event.h"
+#include "server/hosts/xen/xen_monitor.h"
+#include "server/hosts/xen/xen_vm_event.h"
 
 namespace pvemu::server {
 namespace {
@@ -96,9 +96,9 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<emulator::Host> host_;  // the backend behind a FaultLoggingHost
   emulator::Host* raw_host_ = nullptr;    // the backend itself
   std::unique_ptr<policy::Store> store_;
-  AuditHub audit_;
-  std::unique_ptr<Dispatcher> dispatcher_;
-  std::unique_ptr<TrapCapture> capture_;
+  dispatch::AuditHub audit_;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher_;
+  std::unique_ptr<dispatch::TrapCapture> capture_;
   std::vector<std::unique_ptr<XenMonitor>> monitors_;
   PeerTable peers_;
   std::unique_ptr<Authorizer> auth_;
@@ -176,11 +176,11 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   }
   ASSIGN_OR_RETURN(store_, policy::Store::Open(state_dir_, options.policy, host_->vendor(),
                                                warnings));
-  DispatchOptions dispatch_options;
+  dispatch::DispatchOptions dispatch_options;
   dispatch_options.allow_host_writes = options.allow_host_writes;
-  dispatcher_ = std::make_unique<Dispatcher>(*store_, *host_, &audit_, dispatch_options);
+  dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, &audit_, dispatch_options);
   if (!options.capture.empty()) {
-    ASSIGN_OR_RETURN(capture_, TrapCapture::Open(options.capture));
+    ASSIGN_OR_RETURN(capture_, dispatch::TrapCapture::Open(options.capture));
     dispatcher_->SetCapture(capture_.get());
   }
   auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));

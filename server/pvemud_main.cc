@@ -11,7 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
-#include "policy/catalog.h"
+#include "x86/msr_catalog.h"
 #include "server/daemon.h"
 
 ABSL_FLAG(std::string, host, "sim", "host backend: sim | xen | linux");
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     options.monitor_domains.push_back(id);
   }
   for (const std::string& m : absl::GetFlag(FLAGS_monitor_msrs)) {
-    absl::StatusOr<uint32_t> msr = pvemu::policy::ParseMsr(m);
+    absl::StatusOr<uint32_t> msr = pvemu::x86::ParseMsr(m);
     if (!msr.ok()) {
       std::fprintf(stderr, "pvemud: --monitor-msrs: %s\n", std::string(msr.status().message()).c_str());
       return 2;

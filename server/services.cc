@@ -7,9 +7,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "emulator/trap_convert.h"
-#include "policy/catalog.h"
+#include "x86/msr_catalog.h"
 #include "policy/loader.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 
 namespace pvemu::server {
 namespace {
@@ -97,20 +97,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
                                      message.size() - kMaxMessage, " more bytes)"));
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
-}
-
-void ExplanationToProto(const policy::Explanation& e, const policy::Snapshot& snapshot,
-                        v1::ExplainResponse* response) {
-  response->set_domain(e.domain);
-  response->set_msr(e.msr);
-  response->set_name(e.name);
-  response->set_access(e.access());
-  response->set_action(e.action);
-  if (e.value.has_value()) response->set_value(*e.value);
-  response->set_layer(e.layer);
-  response->set_source(e.source);
-  response->set_generation(snapshot.generation());
-  response->set_detail(e.detail);
 }
 
 grpc::Status PolicyServiceImpl::GetPolicy(grpc::ServerContext* context,
@@ -255,17 +241,17 @@ grpc::Status PolicyServiceImpl::Explain(grpc::ServerContext* context,
                                         const v1::ExplainRequest* request,
                                         v1::ExplainResponse* response) {
   REQUIRE_ROLE(Role::kReader, "reading");
-  absl::StatusOr<uint32_t> msr = policy::ParseMsr(request->msr());
+  absl::StatusOr<uint32_t> msr = x86::ParseMsr(request->msr());
   if (!msr.ok()) return ToGrpc(msr.status());
   std::shared_ptr<const policy::Snapshot> snap = store_.Current();
   std::optional<uint64_t> write;
   if (request->has_write_value()) write = request->write_value();
   policy::Explanation e = policy::ExplainMsr(*snap, request->domain(), *msr, write);
-  ExplanationToProto(e, *snap, response);
+  policy::ExplanationToProto(e, *snap, response);
   return grpc::Status::OK;
 }
 
-std::unique_ptr<Dispatcher::Session> EmulatorServiceImpl::Borrow() {
+std::unique_ptr<dispatch::Dispatcher::Session> EmulatorServiceImpl::Borrow() {
   {
     absl::MutexLock lock(&pool_mu_);
     if (!pool_.empty()) {
@@ -277,7 +263,7 @@ std::unique_ptr<Dispatcher::Session> EmulatorServiceImpl::Borrow() {
   return dispatcher_.NewSession();
 }
 
-void EmulatorServiceImpl::Return(std::unique_ptr<Dispatcher::Session> session) {
+void EmulatorServiceImpl::Return(std::unique_ptr<dispatch::Dispatcher::Session> session) {
   absl::MutexLock lock(&pool_mu_);
   pool_.push_back(std::move(session));
 }
@@ -285,14 +271,14 @@ void EmulatorServiceImpl::Return(std::unique_ptr<Dispatcher::Session> session) {
 namespace {
 
 // Converts and handles one trap message; InvalidArgument for a malformed one.
-absl::Status HandleOne(Dispatcher::Session& session, const v1::Trap& request,
+absl::Status HandleOne(dispatch::Dispatcher::Session& session, const v1::Trap& request,
                        v1::Outcome* response) {
   absl::StatusOr<emulator::Trap> trap = emulator::TrapFromProto(request);
   if (!trap.ok()) return trap.status();
   emulator::Instruction insn;
   emulator::DecodeError error;
   emulator::Outcome outcome = session.Handle(*trap, &insn, &error);
-  FillOutcome(*trap, outcome, insn, error, session.generation(), response);
+  dispatch::FillOutcome(*trap, outcome, insn, error, session.generation(), response);
   return absl::OkStatus();
 }
 
@@ -303,7 +289,7 @@ absl::Status HandleOne(Dispatcher::Session& session, const v1::Trap& request,
 grpc::Status EmulatorServiceImpl::Emulate(grpc::ServerContext* context, const v1::Trap* request,
                                           v1::Outcome* response) {
   REQUIRE_ROLE(Role::kEditor, "emulating");
-  std::unique_ptr<Dispatcher::Session> session = Borrow();
+  std::unique_ptr<dispatch::Dispatcher::Session> session = Borrow();
   absl::Status status = HandleOne(*session, *request, response);
   Return(std::move(session));
   return ToGrpc(status);
@@ -312,7 +298,7 @@ grpc::Status EmulatorServiceImpl::Emulate(grpc::ServerContext* context, const v1
 grpc::Status EmulatorServiceImpl::EmulateStream(
     grpc::ServerContext* context, grpc::ServerReaderWriter<v1::Outcome, v1::Trap>* stream) {
   REQUIRE_ROLE(Role::kEditor, "emulating");
-  std::unique_ptr<Dispatcher::Session> session = dispatcher_.NewSession();
+  std::unique_ptr<dispatch::Dispatcher::Session> session = dispatcher_.NewSession();
   v1::Trap request;
   v1::Outcome response;
   uint64_t index = 0;
@@ -335,7 +321,7 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
                                            const v1::StatsRequest*,
                                            v1::StatsResponse* response) {
   REQUIRE_ROLE(Role::kReader, "reading");
-  TrapStats s = dispatcher_.Stats();
+  dispatch::TrapStats s = dispatcher_.Stats();
   response->set_traps(s.traps);
   response->set_completed(s.completed);
   response->set_exceptions(s.exceptions);
@@ -353,7 +339,7 @@ grpc::Status AuditServiceImpl::Watch(grpc::ServerContext* context,
                                      const v1::WatchRequest* request,
                                      grpc::ServerWriter<v1::AuditEvent>* writer) {
   REQUIRE_ROLE(Role::kReader, "reading");
-  std::shared_ptr<AuditSubscription> sub = hub_.Subscribe(*request);
+  std::shared_ptr<dispatch::AuditSubscription> sub = hub_.Subscribe(*request);
   // Tell the client the stream is live before the first event, so a watcher
   // started just before an edit does not miss it.
   writer->SendInitialMetadata();

@@ -14,9 +14,9 @@
 #include "absl/time/time.h"
 #include "policy/store.h"
 #include "pvemu/v1/service.grpc.pb.h"
-#include "server/audit.h"
+#include "dispatch/audit.h"
 #include "server/auth.h"
-#include "server/dispatch.h"
+#include "dispatch/dispatch.h"
 
 namespace pvemu::server {
 
@@ -25,11 +25,6 @@ namespace pvemu::server {
 using LiveDomainsFn = std::function<absl::StatusOr<std::vector<v1::DomainInfo>>()>;
 
 grpc::Status ToGrpc(const absl::Status& status);
-
-// The Explain answer for an explanation of `snapshot` (pvemuctl explain uses
-// it offline too, so both print the same fields).
-void ExplanationToProto(const policy::Explanation& e, const policy::Snapshot& snapshot,
-                        v1::ExplainResponse* response);
 
 class PolicyServiceImpl final : public v1::PolicyService::Service {
  public:
@@ -59,7 +54,7 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
 
 class EmulatorServiceImpl final : public v1::EmulatorService::Service {
  public:
-  EmulatorServiceImpl(Dispatcher& dispatcher, const Authorizer& auth, std::string host_name)
+  EmulatorServiceImpl(dispatch::Dispatcher& dispatcher, const Authorizer& auth, std::string host_name)
       : dispatcher_(dispatcher), auth_(auth), host_name_(std::move(host_name)),
         started_(absl::Now()) {}
 
@@ -75,27 +70,27 @@ class EmulatorServiceImpl final : public v1::EmulatorService::Service {
 
  private:
   // Unary calls borrow a session from a pool instead of creating one per call.
-  std::unique_ptr<Dispatcher::Session> Borrow();
-  void Return(std::unique_ptr<Dispatcher::Session> session);
+  std::unique_ptr<dispatch::Dispatcher::Session> Borrow();
+  void Return(std::unique_ptr<dispatch::Dispatcher::Session> session);
 
-  Dispatcher& dispatcher_;
+  dispatch::Dispatcher& dispatcher_;
   const Authorizer& auth_;
   const std::string host_name_;
   const absl::Time started_;
   std::atomic<uint64_t> edits_{0};
   absl::Mutex pool_mu_;
-  std::vector<std::unique_ptr<Dispatcher::Session>> pool_ ABSL_GUARDED_BY(pool_mu_);
+  std::vector<std::unique_ptr<dispatch::Dispatcher::Session>> pool_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 class AuditServiceImpl final : public v1::AuditService::Service {
  public:
-  AuditServiceImpl(AuditHub& hub, const Authorizer& auth) : hub_(hub), auth_(auth) {}
+  AuditServiceImpl(dispatch::AuditHub& hub, const Authorizer& auth) : hub_(hub), auth_(auth) {}
 
   grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
                      grpc::ServerWriter<v1::AuditEvent>* writer) override;
 
  private:
-  AuditHub& hub_;
+  dispatch::AuditHub& hub_;
   const Authorizer& auth_;
 };
 

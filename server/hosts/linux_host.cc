@@ -18,8 +18,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "policy/vendor.h"
-#include "pvemu/textproto.h"
+#include "policy/vendor_proto.h"
+#include "x86/vendor.h"
+#include "base/textproto.h"
 #include "server/hosts/native_cpuid.h"
 
 namespace pvemu::server {
@@ -101,7 +102,7 @@ absl::StatusOr<std::unique_ptr<LinuxHost>> LinuxHost::Create(
 
   host->vendor_ = VendorFromLeaf0(NativeCpuid(0, 0));
   host->description_ = absl::StrCat(
-      "linux: ", policy::VendorWord(host->vendor_), ", ", host->fds_.size(),
+      "linux: ", x86::VendorWord(policy::FromProto(host->vendor_)), ", ", host->fds_.size(),
       " CPUs via ", options.dev_cpu_dir, "/N/msr");
   std::string cpuinfo;
   if (ReadFileToString(options.cpuinfo_path, &cpuinfo).ok()) {

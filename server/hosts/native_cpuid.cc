@@ -4,7 +4,8 @@
 
 #include <cstring>
 
-#include "policy/vendor.h"
+#include "policy/vendor_proto.h"
+#include "x86/vendor.h"
 
 namespace pvemu::server {
 
@@ -20,7 +21,7 @@ pvemu::v1::Vendor VendorFromLeaf0(const emulator::CpuidRegs& leaf0) {
   std::memcpy(id + 0, &leaf0.ebx, 4);
   std::memcpy(id + 4, &leaf0.edx, 4);
   std::memcpy(id + 8, &leaf0.ecx, 4);
-  return policy::VendorFromCpuidString(absl::string_view(id, sizeof(id)));
+  return policy::ToProto(x86::VendorFromCpuidString(absl::string_view(id, sizeof(id))));
 }
 
 void SetLeaf0VendorString(absl::string_view id, emulator::CpuidRegs* leaf0) {

@@ -5,12 +5,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "policy/shipped.h"
-#include "pvemu/status_macros.h"
-#include "pvemu/textproto.h"
+#include "server/hosts/profiles.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
 #include "pvemu/v1/host.pb.h"
 #include "server/hosts/linux_host.h"
 #include "server/hosts/sim_host.h"
-#include "server/hosts/xen_host.h"
+#include "server/hosts/xen/xen_host.h"
 
 namespace pvemu::server {
 namespace {
@@ -44,7 +45,7 @@ absl::StatusOr<std::unique_ptr<emulator::Host>> OpenSim(
 }  // namespace
 
 absl::string_view DefaultSimProfileText() {
-  return policy::ShippedProfile(kDefaultProfileName);
+  return server::ShippedProfile(kDefaultProfileName);
 }
 
 absl::StatusOr<std::unique_ptr<emulator::Host>> OpenHost(

@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<emulator::Host>> OpenHost(
     absl::string_view kind, const HostOptions& options);
 
 // The text of the shipped default sim profile (an Intel Xeon E-2136,
-// policy/profiles/intel-xeon-e-2136.textproto via policy::ShippedProfile).
+// policy/profiles/intel-xeon-e-2136.textproto via server::ShippedProfile).
 absl::string_view DefaultSimProfileText();
 
 }  // namespace pvemu::server

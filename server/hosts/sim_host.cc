@@ -8,9 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "policy/catalog.h"
-#include "policy/vendor.h"
-#include "pvemu/status_macros.h"
+#include "policy/vendor_proto.h"
+#include "x86/msr_catalog.h"
+#include "x86/vendor.h"
+#include "base/status_macros.h"
 #include "server/hosts/native_cpuid.h"
 
 namespace pvemu::server {
@@ -59,7 +60,7 @@ absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
     return error("sets no vendor; add e.g. 'vendor: INTEL' "
                  "(INTEL, AMD, HYGON, CENTAUR or ZHAOXIN)");
   }
-  absl::string_view vendor_id = policy::VendorCpuidString(profile.vendor());
+  absl::string_view vendor_id = x86::VendorCpuidString(policy::FromProto(profile.vendor()));
   if (vendor_id.empty()) {
     return error("vendor ", static_cast<int>(profile.vendor()),
                  " is not a known vendor");
@@ -88,7 +89,7 @@ absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
   listed.reserve(profile.msr_size());
   for (int i = 0; i < profile.msr_size(); ++i) {
     const pvemu::v1::HostMsr& m = profile.msr(i);
-    absl::StatusOr<uint32_t> index = policy::ParseMsr(m.msr());
+    absl::StatusOr<uint32_t> index = x86::ParseMsr(m.msr());
     if (!index.ok()) {
       return error("msr[", i, "] '", m.msr(), "': ", index.status().message());
     }

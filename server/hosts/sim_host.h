@@ -40,7 +40,7 @@ class SimHost final : public emulator::Host {
   // or "<shipped>") starts every error message, followed by the profile's
   // name and the offending entry: InvalidArgument when the vendor is unset,
   // cpus is 0 or above kMaxCpus, an MSR does not resolve
-  // (policy::ParseMsr), an MSR or CPUID leaf/subleaf is listed twice, or
+  // (x86::ParseMsr), an MSR or CPUID leaf/subleaf is listed twice, or
   // CPUID leaf 0 names another vendor than `vendor`.
   static absl::StatusOr<std::unique_ptr<SimHost>> Create(
       const pvemu::v1::HostProfile& profile, absl::string_view source_name);

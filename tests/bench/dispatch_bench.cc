@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
+#include "server/hosts/profiles.h"
 #include "policy/store.h"
-#include "pvemu/textproto.h"
-#include "server/audit.h"
-#include "server/dispatch.h"
+#include "base/textproto.h"
+#include "dispatch/audit.h"
+#include "dispatch/dispatch.h"
 #include "server/hosts/sim_host.h"
 #include "tests/bench/interleave.h"
 #include "tests/bench/policy_gen.h"
@@ -32,12 +33,12 @@ namespace {
 struct World {
   std::unique_ptr<server::SimHost> host;
   std::unique_ptr<policy::Store> store;
-  server::AuditHub audit;
-  std::unique_ptr<server::Dispatcher> dispatcher;
+  dispatch::AuditHub audit;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher;
 
   explicit World(const v1::Policy* policy = nullptr) {
     v1::HostProfile profile;
-    (void)ParseTextProto(policy::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
+    (void)ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
     host = std::move(server::SimHost::Create(profile, "intel")).value();
     if (policy == nullptr) {
       auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
@@ -48,15 +49,15 @@ struct World {
                                                   v1::INTEL))
                   .value();
     }
-    dispatcher = std::make_unique<server::Dispatcher>(*store, *host, &audit,
-                                                      server::DispatchOptions());
+    dispatcher = std::make_unique<dispatch::Dispatcher>(*store, *host, &audit,
+                                                      dispatch::DispatchOptions());
   }
 };
 
 // Heap allocations over one more pass of `traps` after a warm-up pass (the
 // first SHADOW access of a vCPU allocates its table once): the trap path's
 // own allocations, exactly, without the benchmark library's bookkeeping.
-uint64_t AllocationsPerPass(server::Dispatcher::Session& session,
+uint64_t AllocationsPerPass(dispatch::Dispatcher::Session& session,
                             const std::vector<emulator::Trap>& traps) {
   for (const auto& t : traps) benchmark::DoNotOptimize(session.Handle(t));
   const uint64_t before = HeapAllocations();

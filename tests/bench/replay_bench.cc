@@ -19,12 +19,13 @@
 #include "benchmark/benchmark.h"
 #include "emulator/decoder.h"
 #include "emulator/trap_convert.h"
-#include "emulator/traplog.h"
+#include "traplog/traplog.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
+#include "server/hosts/profiles.h"
 #include "policy/store.h"
-#include "pvemu/textproto.h"
-#include "server/dispatch.h"
+#include "base/textproto.h"
+#include "dispatch/dispatch.h"
 #include "server/hosts/sim_host.h"
 #include "tests/bench/trap_mix.h"
 
@@ -34,15 +35,15 @@ namespace {
 struct ReplayWorld {
   std::unique_ptr<server::SimHost> host;
   std::unique_ptr<policy::Store> store;
-  std::unique_ptr<server::Dispatcher> dispatcher;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher;
   ReplayWorld() {
     v1::HostProfile profile;
-    (void)ParseTextProto(policy::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
+    (void)ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
     host = std::move(server::SimHost::Create(profile, "intel")).value();
     auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
     store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL)).value();
-    dispatcher = std::make_unique<server::Dispatcher>(*store, *host, nullptr,
-                                                      server::DispatchOptions());
+    dispatcher = std::make_unique<dispatch::Dispatcher>(*store, *host, nullptr,
+                                                      dispatch::DispatchOptions());
   }
 };
 
@@ -97,10 +98,10 @@ void SetExpectation(const emulator::Outcome& out, const emulator::Instruction& i
 // delete $TMPDIR/pvemu-bench-PVTRAPS2-* to write it again.
 std::string TrapsFile(int64_t records) {
   std::string path = (std::filesystem::temp_directory_path() /
-                      absl::StrCat("pvemu-bench-", emulator::kTrapsMagic, "-", records, ".traps"))
+                      absl::StrCat("pvemu-bench-", traplog::kTrapsMagic, "-", records, ".traps"))
                          .string();
   if (std::filesystem::exists(path)) return path;
-  auto writer = emulator::TrapLogWriter::Open(path);
+  auto writer = traplog::TrapLogWriter::Open(path);
   if (!writer.ok()) return "";
   ReplayWorld world;
   auto session = world.dispatcher->NewSession();
@@ -139,13 +140,13 @@ void BM_ReplayFile(benchmark::State& state) {
   int64_t mismatches = 0;
   const uint64_t allocations_before = HeapAllocations();
   for (auto _ : state) {
-    auto reader = emulator::TrapLogReader::Open(path);
+    auto reader = traplog::TrapLogReader::Open(path);
     if (!reader.ok()) {
       state.SkipWithError("cannot open the .traps file");
       return;
     }
     emulator::Trap trap;
-    emulator::ExpectedOutcome expect;
+    traplog::ExpectedOutcome expect;
     while (true) {
       absl::StatusOr<bool> more = (*reader)->NextTrap(&trap, &expect);
       if (!more.ok()) {
@@ -154,7 +155,7 @@ void BM_ReplayFile(benchmark::State& state) {
       }
       if (!*more) break;
       const emulator::Outcome out = session->Handle(trap);
-      if (!emulator::CheckExpectation(expect, trap, out).ok()) ++mismatches;
+      if (!traplog::CheckExpectation(expect, trap, out).ok()) ++mismatches;
       ++replayed;
     }
   }

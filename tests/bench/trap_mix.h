@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "tests/heap_counter.h"
 
 namespace pvemu::bench {

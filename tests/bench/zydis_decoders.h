@@ -5,7 +5,7 @@
 
 #include <Zydis/Zydis.h>
 
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 
 namespace pvemu::bench {
 

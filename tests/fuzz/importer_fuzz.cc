@@ -7,19 +7,19 @@
 #include <string>
 #include <vector>
 
-#include "emulator/import.h"
-#include "emulator/traplog.h"
+#include "traplog/import.h"
+#include "traplog/traplog.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace {
 
 namespace v1 = ::pvemu::v1;
-using ::pvemu::emulator::ImportLog;
-using ::pvemu::emulator::ImportStats;
-using ::pvemu::emulator::TrapLogEncoding;
-using ::pvemu::emulator::TrapLogReader;
-using ::pvemu::emulator::TrapLogWriter;
+using ::pvemu::traplog::ImportLog;
+using ::pvemu::traplog::ImportStats;
+using ::pvemu::traplog::TrapLogEncoding;
+using ::pvemu::traplog::TrapLogReader;
+using ::pvemu::traplog::TrapLogWriter;
 
 void Check(bool ok, const char* what) {
   if (!ok) {
@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(stats->traps == static_cast<int64_t>(records.size()),
           "traps != records handed to the sink");
     Check(
-        stats->malformed_lines.size() <= pvemu::emulator::kMaxMalformedReported,
+        stats->malformed_lines.size() <= pvemu::traplog::kMaxMalformedReported,
         "malformed details not capped");
     int64_t by_format = 0;
     for (const auto& [name, n] : stats->by_format) by_format += n;

@@ -15,25 +15,25 @@
 
 #include "absl/strings/match.h"
 #include "emulator/trap_convert.h"
-#include "emulator/traplog.h"
+#include "traplog/traplog.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace {
 
 namespace v1 = ::pvemu::v1;
-using ::pvemu::emulator::CheckExpectation;
-using ::pvemu::emulator::ExpectedOutcome;
-using ::pvemu::emulator::ExpectedOutcomeFromProto;
-using ::pvemu::emulator::kTrapsMagic;
-using ::pvemu::emulator::kTrapsMagicV1;
+using ::pvemu::traplog::CheckExpectation;
+using ::pvemu::traplog::ExpectedOutcome;
+using ::pvemu::traplog::ExpectedOutcomeFromProto;
+using ::pvemu::traplog::kTrapsMagic;
+using ::pvemu::traplog::kTrapsMagicV1;
 using ::pvemu::emulator::Outcome;
 using ::pvemu::emulator::OutcomeKind;
 using ::pvemu::emulator::Trap;
 using ::pvemu::emulator::TrapFromProto;
-using ::pvemu::emulator::TrapLogEncoding;
-using ::pvemu::emulator::TrapLogReader;
-using ::pvemu::emulator::TrapLogWriter;
+using ::pvemu::traplog::TrapLogEncoding;
+using ::pvemu::traplog::TrapLogReader;
+using ::pvemu::traplog::TrapLogWriter;
 
 void Check(bool ok, const char* what) {
   if (!ok) {
@@ -139,7 +139,7 @@ bool V2CanHold(const v1::TrapRecord& r) {
          (!r.expect().has_vector() ||
           v1::Vector_IsValid(r.expect().vector())) &&
          216 + r.source().size() + r.note().size() <=
-             pvemu::emulator::kMaxTrapRecordBytes;
+             pvemu::traplog::kMaxTrapRecordBytes;
 }
 
 // Writes what `enc` can hold of `records` and reads it back identical.

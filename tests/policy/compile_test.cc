@@ -5,7 +5,8 @@
 #include "policy/explain.h"
 #include "absl/strings/str_format.h"
 #include "policy/shipped.h"
-#include "pvemu/textproto.h"
+#include "server/hosts/profiles.h"
+#include "base/textproto.h"
 #include "pvemu/v1/host.pb.h"
 #include "tests/policy/test_util.h"
 #include "tests/status_matchers.h"
@@ -31,7 +32,7 @@ std::shared_ptr<const Snapshot> Shipped(absl::string_view name, v1::Vendor host)
 
 v1::Vendor ProfileVendor(absl::string_view name) {
   v1::HostProfile profile;
-  EXPECT_TRUE(ParseTextProto(ShippedProfile(name), name, &profile).ok());
+  EXPECT_TRUE(ParseTextProto(server::ShippedProfile(name), name, &profile).ok());
   return profile.vendor();
 }
 

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 #include "pvemu/v1/policy.pb.h"
 #include "tests/bench/policy_gen.h"
 

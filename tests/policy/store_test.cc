@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/shipped.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 #include "tests/policy/test_util.h"
 #include "tests/status_matchers.h"
 

@@ -4,7 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 #include "pvemu/v1/host.pb.h"
 #include "pvemu/v1/policy.pb.h"
 #include "pvemu/v1/service.grpc.pb.h"

@@ -7,7 +7,7 @@
 //   PVEMU_REGENERATE=1 build/tests/replay/replay_test
 // and review the diff: comments and notes are kept, `expect` blocks rewritten.
 //
-// The captured host logs of ../shared/samples/traplogs are imported and
+// The captured host logs of tests/traplog/samples are imported and
 // replayed under the preset that matches the host they came from.
 #include <cstdlib>
 #include <filesystem>
@@ -19,16 +19,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "emulator/import.h"
+#include "traplog/import.h"
 #include "emulator/trap_convert.h"
-#include "emulator/traplog.h"
+#include "traplog/traplog.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
+#include "server/hosts/profiles.h"
 #include "policy/store.h"
-#include "pvemu/textproto.h"
-#include "server/dispatch.h"
+#include "base/textproto.h"
+#include "dispatch/dispatch.h"
 #include "server/hosts/sim_host.h"
 
 namespace pvemu::testing {
@@ -67,12 +68,12 @@ ReplaySetup ParseHeader(const std::string& path) {
 struct World {
   std::unique_ptr<server::SimHost> host;
   std::unique_ptr<policy::Store> store;
-  std::unique_ptr<server::Dispatcher> dispatcher;
-  std::unique_ptr<server::Dispatcher::Session> session;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher;
+  std::unique_ptr<dispatch::Dispatcher::Session> session;
 
   explicit World(const ReplaySetup& setup) {
     v1::HostProfile profile;
-    absl::string_view text = policy::ShippedProfile(setup.host);
+    absl::string_view text = server::ShippedProfile(setup.host);
     EXPECT_FALSE(text.empty()) << "no shipped profile " << setup.host;
     EXPECT_TRUE(ParseTextProto(text, setup.host, &profile).ok());
     host = std::move(server::SimHost::Create(profile, setup.host)).value();
@@ -81,9 +82,9 @@ struct World {
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, host->vendor()))
                 .value();
-    server::DispatchOptions options;
+    dispatch::DispatchOptions options;
     options.allow_host_writes = setup.allow_host_writes;
-    dispatcher = std::make_unique<server::Dispatcher>(*store, *host, nullptr, options);
+    dispatcher = std::make_unique<dispatch::Dispatcher>(*store, *host, nullptr, options);
     session = dispatcher->NewSession();
   }
 
@@ -94,7 +95,7 @@ struct World {
     emulator::DecodeError error;
     emulator::Outcome out = session->Handle(*trap, &insn, &error);
     v1::Outcome msg;
-    server::FillOutcome(*trap, out, insn, error, session->generation(), &msg);
+    dispatch::FillOutcome(*trap, out, insn, error, session->generation(), &msg);
     return msg;
   }
 };
@@ -142,7 +143,7 @@ TEST(ReplayCorpusTest, EveryRecordMatchesItsHandWrittenExpectation) {
     SCOPED_TRACE(path);
     ReplaySetup setup = ParseHeader(path);
     World world(setup);
-    auto reader = emulator::TrapLogReader::Open(path);
+    auto reader = traplog::TrapLogReader::Open(path);
     ASSERT_TRUE(reader.ok()) << reader.status();
     v1::TrapLog regenerated;
     v1::TrapRecord rec;
@@ -162,7 +163,7 @@ TEST(ReplayCorpusTest, EveryRecordMatchesItsHandWrittenExpectation) {
         continue;
       }
       std::string diff;
-      EXPECT_TRUE(emulator::CheckExpectation(rec, outcome, &diff).ok())
+      EXPECT_TRUE(traplog::CheckExpectation(rec, outcome, &diff).ok())
           << "record " << index << " (" << rec.note() << "): " << diff << "\n  " << outcome.detail();
     }
     if (regenerate) {
@@ -188,8 +189,7 @@ struct SampleCase {
 };
 
 TEST(ReplaySamplesTest, CapturedHostLogsReplayToWhatTheHostDid) {
-  const fs::path samples = fs::path(SourceRoot()) / ".." / "shared" / "samples" / "traplogs";
-  if (!fs::exists(samples)) GTEST_SKIP() << samples << " is absent";
+  const fs::path samples = fs::path(SourceRoot()) / "tests" / "traplog" / "samples";
   const SampleCase cases[] = {
       {"kvm-dmesg-i915ovmfpkg-issue-22.log", "kvm-ignore-msrs", 12, 0},
       {"kvm-journal-virt-manager-issue-570.log", "kvm-ignore-msrs", 4, 0},
@@ -204,14 +204,14 @@ TEST(ReplaySamplesTest, CapturedHostLogsReplayToWhatTheHostDid) {
     setup.policy = c.policy;
     World world(setup);
     int traps = 0, mismatches = 0, checked = 0;
-    auto stats = emulator::ImportLogFile(
+    auto stats = traplog::ImportLogFile(
         "auto", (samples / c.file).string(), [&](v1::TrapRecord&& rec) -> absl::Status {
           ++traps;
           v1::Outcome outcome = world.Run(rec);
           if (!rec.has_expect()) return absl::OkStatus();
           ++checked;
           std::string diff;
-          if (!emulator::CheckExpectation(rec, outcome, &diff).ok()) {
+          if (!traplog::CheckExpectation(rec, outcome, &diff).ok()) {
             ++mismatches;
             EXPECT_THAT(rec.trap().insn(), std::string("\x0f\xa2", 2))
                 << "an MSR record mismatched: " << rec.source() << ": " << diff;

@@ -11,7 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 #include "server/fault_logging_host.h"
 #include "server/hosts/sim_host.h"
 #include "tests/server/daemon_fixture.h"

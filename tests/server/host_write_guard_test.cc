@@ -8,15 +8,16 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "emulator/cpu.h"
+#include "emulator/trap.h"
 #include "gtest/gtest.h"
-#include "policy/catalog.h"
+#include "x86/msr_catalog.h"
 #include "policy/loader.h"
 #include "policy/rules.h"
 #include "policy/shipped.h"
+#include "server/hosts/profiles.h"
 #include "policy/store.h"
-#include "pvemu/textproto.h"
-#include "server/dispatch.h"
+#include "base/textproto.h"
+#include "dispatch/dispatch.h"
 #include "server/hosts/sim_host.h"
 
 namespace pvemu::testing {
@@ -49,16 +50,16 @@ TEST(HostWriteGuardTest, NoHostWriteWithoutBothKeys) {
   int attempts = 0;
   size_t writes_with_both_keys = 0;
   for (absl::string_view policy_name : policy::ShippedPolicyNames()) {
-    for (absl::string_view profile_name : policy::ShippedProfileNames()) {
+    for (absl::string_view profile_name : server::ShippedProfileNames()) {
       SCOPED_TRACE(absl::StrCat(policy_name, " on ", profile_name));
       v1::HostProfile profile;
-      ASSERT_TRUE(ParseTextProto(policy::ShippedProfile(profile_name), profile_name, &profile).ok());
+      ASSERT_TRUE(ParseTextProto(server::ShippedProfile(profile_name), profile_name, &profile).ok());
       auto loaded = policy::ParsePolicy(policy::ShippedPolicy(policy_name), policy_name);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
 
       // Every MSR worth trying: the catalog and every rule's first/last.
       std::set<uint32_t> msrs;
-      for (const auto& info : policy::MsrCatalog()) msrs.insert(info.index);
+      for (const auto& info : x86::MsrCatalog()) msrs.insert(info.index);
       std::vector<const v1::Layer*> layers = {&loaded->policy.default_()};
       for (const auto& d : loaded->policy.domain()) layers.push_back(&d);
       for (const v1::Layer* layer : layers) {
@@ -76,9 +77,9 @@ TEST(HostWriteGuardTest, NoHostWriteWithoutBothKeys) {
         auto store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source,
                                                           host->vendor()))
                          .value();
-        server::DispatchOptions options;
+        dispatch::DispatchOptions options;
         options.allow_host_writes = daemon_allows;
-        server::Dispatcher dispatcher(*store, *host, nullptr, options);
+        dispatch::Dispatcher dispatcher(*store, *host, nullptr, options);
         auto session = dispatcher.NewSession();
         std::set<uint32_t> allowed;  // MSRs whose rule holds the first key
         for (uint32_t domain : {0u, 5u}) {

@@ -16,7 +16,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
-#include "emulator/traplog.h"
+#include "traplog/traplog.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
@@ -307,7 +307,7 @@ TEST_F(ServicesTest, CaptureRecordsEveryTrapWithItsOutcome) {
     ASSERT_TRUE(emulator_->Emulate(&context, RdmsrTrap(2, msr), &outcome).ok());
   }
   StopDaemon();  // closes the capture
-  auto reader = emulator::TrapLogReader::Open(options_.capture);
+  auto reader = traplog::TrapLogReader::Open(options_.capture);
   ASSERT_TRUE(reader.ok()) << reader.status();
   std::vector<v1::TrapRecord> records;
   v1::TrapRecord rec;

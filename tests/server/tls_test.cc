@@ -11,7 +11,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {

@@ -1,6 +1,6 @@
 // Importers on hand-written lines: every format variant the kernel and Xen
 // have printed, the prefixes log tools add, and hostile input.
-#include "emulator/import.h"
+#include "traplog/import.h"
 
 #include <random>
 #include <sstream>
@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 
-namespace pvemu::emulator {
+namespace pvemu::traplog {
 namespace {
 
 namespace v1 = ::pvemu::v1;
@@ -665,4 +665,4 @@ TEST(ImportLogTest, FileErrorsNameTheFile) {
 }
 
 }  // namespace
-}  // namespace pvemu::emulator
+}  // namespace pvemu::traplog

@@ -1,4 +1,4 @@
-// The real captured logs in shared/samples/traplogs/: exact trap counts
+// The real captured logs in tests/traplog/samples/: exact trap counts
 // (counted by hand), a few exact records each, and the whole import compared
 // with tests/traplog/golden/NAME.textproto.
 //
@@ -13,15 +13,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "emulator/import.h"
-#include "emulator/traplog.h"
+#include "traplog/import.h"
+#include "traplog/traplog.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 
-namespace pvemu::emulator {
+namespace pvemu::traplog {
 namespace {
+
+using namespace ::pvemu::emulator;  // the trap types the logs hold
 
 namespace v1 = ::pvemu::v1;
 using ::pvemu::testing::IsOk;
@@ -32,7 +34,7 @@ std::string SourceRoot() {
 }
 
 std::string SamplesDir() {
-  return SourceRoot() + "/../shared/samples/traplogs";
+  return SourceRoot() + "/tests/traplog/samples";
 }
 
 bool DirExists(const std::string& path) {
@@ -65,11 +67,9 @@ Imported ImportSample(const std::string& name,
 class SamplesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!DirExists(SamplesDir())) {
-      GTEST_SKIP() << "captured samples not found at " << SamplesDir()
-                   << " (PVEMU_SOURCE_ROOT=" << SourceRoot()
-                   << "); they live beside the repository in shared/";
-    }
+    // The samples are part of the repository: their absence is a failure.
+    ASSERT_TRUE(DirExists(SamplesDir()))
+        << "captured samples not found at " << SamplesDir() << " (PVEMU_SOURCE_ROOT=" << SourceRoot() << ")";
   }
 
   // Compares with (or, with PVEMU_REGENERATE_GOLDEN=1, rewrites) the golden
@@ -251,4 +251,4 @@ TEST_F(SamplesTest, FtraceKvmMsrAndCpuid) {
 }
 
 }  // namespace
-}  // namespace pvemu::emulator
+}  // namespace pvemu::traplog

@@ -2,7 +2,7 @@
 // old PVTRAPS1), the PVTRAPS2 layout byte for byte, every way a .traps file
 // can be damaged, NextTrap against Next + TrapFromProto, writer refusals,
 // streaming memory and allocations, and CheckExpectation in all its forms.
-#include "emulator/traplog.h"
+#include "traplog/traplog.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -26,8 +26,10 @@
 #include "tests/sanitizers.h"
 #include "tests/status_matchers.h"
 
-namespace pvemu::emulator {
+namespace pvemu::traplog {
 namespace {
+
+using namespace ::pvemu::emulator;  // the trap types the logs hold
 
 namespace v1 = ::pvemu::v1;
 using ::pvemu::testing::IsOk;
@@ -1581,4 +1583,4 @@ TEST(CheckExpectationStructTest, MessagesOnMismatch) {
 }
 
 }  // namespace
-}  // namespace pvemu::emulator
+}  // namespace pvemu::traplog

@@ -36,7 +36,7 @@ extern "C" {
 
 #include "absl/status/status.h"
 
-#include "server/hosts/xen_vm_event.h"
+#include "server/hosts/xen/xen_vm_event.h"
 
 namespace {
 

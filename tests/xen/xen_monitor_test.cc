@@ -2,7 +2,7 @@
 // WRMSR trap through the Dispatcher and its answer follows the policy (deny
 // on #GP and on ignored writes), every request is answered with its vCPU
 // released, including the ones still on the ring when the monitor stops.
-#include "server/xen_monitor.h"
+#include "server/hosts/xen/xen_monitor.h"
 
 #include <chrono>
 #include <deque>
@@ -17,9 +17,9 @@
 #include "policy/loader.h"
 #include "policy/shipped.h"
 #include "policy/store.h"
-#include "pvemu/textproto.h"
-#include "server/audit.h"
-#include "server/dispatch.h"
+#include "base/textproto.h"
+#include "dispatch/audit.h"
+#include "dispatch/dispatch.h"
 #include "tests/emulator/fakes.h"
 
 namespace pvemu::server {
@@ -90,7 +90,7 @@ class XenMonitorTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     host_.msrs[0x1b0] = 6;
-    dispatcher_ = std::make_unique<Dispatcher>(*store_, host_, &audit_, DispatchOptions());
+    dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, host_, &audit_, dispatch::DispatchOptions());
   }
 
   void Rule(uint32_t domain, const std::string& text) {
@@ -115,8 +115,8 @@ class XenMonitorTest : public ::testing::Test {
 
   emulator::testing::FakeHost host_;
   std::unique_ptr<policy::Store> store_;
-  AuditHub audit_;
-  std::unique_ptr<Dispatcher> dispatcher_;
+  dispatch::AuditHub audit_;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher_;
   FakeRing ring_;
 };
 

@@ -11,7 +11,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/shipped.h"
-#include "pvemu/textproto.h"
+#include "server/hosts/profiles.h"
+#include "base/textproto.h"
 #include "pvemu/v1/host.pb.h"
 #include "server/hosts/sim_host.h"
 #include "tests/status_matchers.h"
@@ -134,12 +135,12 @@ TEST(DefaultSimProfileTextTest, IsAValidProfile) {
 
 // Every profile the policy library ships is one SimHost accepts.
 TEST(DefaultSimProfileTextTest, EveryShippedProfileIsValid) {
-  std::vector<absl::string_view> names = policy::ShippedProfileNames();
+  std::vector<absl::string_view> names = server::ShippedProfileNames();
   EXPECT_THAT(names, ::testing::Contains("intel-xeon-e-2136"));
   for (absl::string_view name : names) {
     SCOPED_TRACE(name);
     pvemu::v1::HostProfile profile;
-    ASSERT_THAT(ParseTextProto(policy::ShippedProfile(name), name, &profile),
+    ASSERT_THAT(ParseTextProto(server::ShippedProfile(name), name, &profile),
                 IsOk());
     EXPECT_THAT(SimHost::Create(profile, name), IsOk());
   }

@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pvemu/textproto.h"
+#include "base/textproto.h"
 #include "tests/status_matchers.h"
 
 namespace pvemu::server {

@@ -1,4 +1,4 @@
-#include "server/hosts/xen_host.h"
+#include "server/hosts/xen/xen_host.h"
 
 #include <unistd.h>
 

@@ -1,0 +1,83 @@
+// Audit events: accepted edits, traps whose rule asks for auditing, and
+// unknown-MSR accesses (rate-limited per domain and MSR), fanned out to the
+// AuditService.Watch streams.
+//
+// The trap path calls PublishTrap only when the outcome asks for it AND
+// wants_traps() is true: with no subscriber that is one relaxed load behind a
+// branch that is almost never taken, and nothing is built or locked.
+#ifndef PVEMU_DISPATCH_AUDIT_H_
+#define PVEMU_DISPATCH_AUDIT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pvemu/v1/service.pb.h"
+
+namespace pvemu::dispatch {
+
+class AuditHub;
+
+// One Watch stream's queue. Thread-safe.
+class AuditSubscription {
+ public:
+  // Waits until an event is queued, the hub shuts down, or `deadline`.
+  // Returns false on shutdown or timeout with nothing queued.
+  bool Next(v1::AuditEvent* event, absl::Time deadline);
+  // Whether the hub shut down (no more events will come).
+  bool closed();
+
+ private:
+  friend class AuditHub;
+  AuditSubscription(const v1::WatchRequest& filter) : filter_(filter) {}
+  bool Wants(const v1::AuditEvent& event) const;
+
+  const v1::WatchRequest filter_;
+  absl::Mutex mu_;
+  std::deque<v1::AuditEvent> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class AuditHub {
+ public:
+  // Events a subscriber may have waiting before trap events are dropped
+  // (edits are never dropped).
+  static constexpr size_t kQueueLimit = 1 << 16;
+  // At most one unknown-MSR event per (domain, MSR) per this interval.
+  static constexpr absl::Duration kUnknownMsrInterval = absl::Seconds(1);
+
+  std::shared_ptr<AuditSubscription> Subscribe(const v1::WatchRequest& filter);
+  void Unsubscribe(const std::shared_ptr<AuditSubscription>& sub);
+  // Wakes every subscriber with "closed" (daemon shutdown).
+  void Shutdown();
+
+  bool wants_traps() const { return subscribers_.load(std::memory_order_relaxed) > 0; }
+
+  void PublishEdit(v1::EditEvent edit);
+  // `unknown` events are rate-limited per (domain, msr).
+  void PublishTrap(v1::TrapEvent trap, bool unknown);
+
+ private:
+  void Deliver(v1::AuditEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::atomic<int> subscribers_{0};
+  absl::Mutex mu_;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<AuditSubscription>> subs_ ABSL_GUARDED_BY(mu_);
+  struct RateState {
+    absl::Time last;
+    uint64_t suppressed = 0;
+  };
+  absl::flat_hash_map<uint64_t, RateState> unknown_rate_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pvemu::dispatch
+
+#endif  // PVEMU_DISPATCH_AUDIT_H_

@@ -1,0 +1,353 @@
+#include "dispatch/dispatch.h"
+
+#include <cstdio>
+
+#include "absl/base/attributes.h"
+#include "absl/numeric/int128.h"
+#include "emulator/domain.h"
+#include "emulator/emulate.h"
+#include "emulator/emulate_inl.h"
+#include "emulator/trap_convert.h"
+#include "traplog/traplog.h"
+#include "x86/msr_catalog.h"
+#include "policy/compile.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pvemu::dispatch {
+namespace {
+
+using emulator::MsrDecision;
+using emulator::MsrRead;
+using emulator::MsrWrite;
+
+static_assert(static_cast<int>(MsrRead::kPassthrough) == v1::ReadAction::PASSTHROUGH &&
+                  static_cast<int>(MsrRead::kConst) == v1::ReadAction::CONST &&
+                  static_cast<int>(MsrRead::kShadow) == v1::ReadAction::SHADOW &&
+                  static_cast<int>(MsrRead::kZero) == v1::ReadAction::ZERO &&
+                  static_cast<int>(MsrRead::kGp) == v1::ReadAction::GP,
+              "emulator::MsrRead must equal pvemu.v1.ReadAction numbers");
+static_assert(static_cast<int>(MsrWrite::kPassthrough) == v1::WriteAction::PASSTHROUGH &&
+                  static_cast<int>(MsrWrite::kShadow) == v1::WriteAction::SHADOW &&
+                  static_cast<int>(MsrWrite::kIgnore) == v1::WriteAction::IGNORE &&
+                  static_cast<int>(MsrWrite::kGp) == v1::WriteAction::GP,
+              "emulator::MsrWrite must equal pvemu.v1.WriteAction numbers");
+
+}  // namespace
+
+// The emulator's view of one domain's compiled policy. One per session,
+// pointed at the trap's domain snapshot before each trap (Reset), so a trap
+// builds nothing.
+class Dispatcher::DomainView final : public emulator::Domain {
+ public:
+  DomainView(ShadowStore& shadow, bool allow_host_writes)
+      : shadow_(shadow), allow_host_writes_(allow_host_writes) {}
+
+  void Reset(const policy::DomainSnapshot& snap, uint32_t domain) {
+    snap_ = &snap;
+    domain_ = domain;
+  }
+
+  const MsrDecision& Msr(uint32_t index) const override {
+    const policy::MsrEntry& e = snap_->Lookup(index);
+    // Same numbering (static_asserts above); unspecified (0) reads as #GP.
+    decision_.read = static_cast<MsrRead>(e.read);
+    decision_.write = static_cast<MsrWrite>(e.write);
+    decision_.drop_reserved = e.drop_reserved;
+    decision_.host_write_allowed = e.allow_host_write && allow_host_writes_;
+    decision_.audit = e.audit;
+    decision_.unknown = e.unknown;
+    decision_.value = e.value;
+    decision_.value_from_host = !e.has_value;
+    decision_.writable_mask = e.writable_mask;
+    return decision_;
+  }
+
+  uint64_t* Shadow(uint32_t vcpu, uint32_t index, bool* fresh) override {
+    return shadow_.Get(domain_, vcpu, index, fresh);
+  }
+
+  emulator::CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf,
+                            emulator::Host& host) const override {
+    const policy::CpuidDecision* d = snap_->Cpuid(leaf, subleaf);
+    if (d != nullptr && d->source == v1::CpuidEntry::CONST) {
+      return {d->set[0], d->set[1], d->set[2], d->set[3]};
+    }
+    emulator::CpuidRegs r = host.Cpuid(leaf, subleaf);
+    if (d != nullptr) {
+      r.eax = (r.eax & ~d->clear[0]) | d->set[0];
+      r.ebx = (r.ebx & ~d->clear[1]) | d->set[1];
+      r.ecx = (r.ecx & ~d->clear[2]) | d->set[2];
+      r.edx = (r.edx & ~d->clear[3]) | d->set[3];
+    }
+    return r;
+  }
+
+  uint64_t GuestTsc(uint64_t host_tsc, const emulator::Host& host) const override {
+    const policy::TscConfig& tsc = snap_->tsc();
+    switch (tsc.mode) {
+      case v1::TscPolicy::OFFSET:
+        return host_tsc + static_cast<uint64_t>(tsc.offset);
+      case v1::TscPolicy::EMULATED: {
+        const uint64_t host_khz = host.tsc_khz();
+        if (host_khz == 0 || tsc.frequency_khz == 0) {
+          return host_tsc + static_cast<uint64_t>(tsc.offset);
+        }
+        // 128-bit product: a 64-bit TSC times a kHz ratio overflows 64 bits.
+        absl::uint128 scaled = absl::uint128(host_tsc) * tsc.frequency_khz / host_khz;
+        return absl::Uint128Low64(scaled) + static_cast<uint64_t>(tsc.offset);
+      }
+      default:
+        return host_tsc;
+    }
+  }
+
+  bool PortAllowed(uint16_t port, uint8_t width) const override {
+    return snap_->PortAllowed(port, width);
+  }
+
+  bool vpmu() const override { return snap_->vpmu(); }
+
+ private:
+  const policy::DomainSnapshot* snap_ = nullptr;
+  ShadowStore& shadow_;
+  uint32_t domain_ = 0;
+  const bool allow_host_writes_;
+  mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
+};
+
+// One session's counters: written only by its thread (relaxed stores, no
+// read-modify-write), read by Stats() from any thread.
+struct Dispatcher::Session::Counters {
+  // Indexed by OutcomeKind (1..3); the trap count is their sum, so a trap
+  // costs one counter update.
+  std::atomic<uint64_t> by_kind[4] = {};
+  std::atomic<uint64_t> decode_errors{0};
+};
+
+namespace {
+void Bump(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+}  // namespace
+
+Dispatcher::Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
+                       DispatchOptions options)
+    : store_(store), host_(host), audit_(audit != nullptr ? audit : &no_audit_), options_(options) {}
+
+Dispatcher::~Dispatcher() = default;
+
+std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
+  auto counters = std::make_unique<Session::Counters>();
+  Session::Counters* raw = counters.get();
+  {
+    absl::MutexLock lock(&mu_);
+    counters_.push_back(std::move(counters));
+  }
+  return std::unique_ptr<Session>(new Session(this, raw));
+}
+
+TrapStats Dispatcher::Stats() const {
+  TrapStats s;
+  absl::MutexLock lock(&mu_);
+  for (const auto& c : counters_) {
+    const auto kind = [&](emulator::OutcomeKind k) {
+      return c->by_kind[static_cast<int>(k)].load(std::memory_order_relaxed);
+    };
+    s.completed += kind(emulator::OutcomeKind::kCompleted);
+    s.exceptions += kind(emulator::OutcomeKind::kException);
+    s.unhandled += kind(emulator::OutcomeKind::kUnhandled);
+    s.decode_errors += c->decode_errors.load(std::memory_order_relaxed);
+  }
+  s.traps = s.completed + s.exceptions + s.unhandled;
+  return s;
+}
+
+Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
+    : owner_(owner),
+      reader_(owner->store_),
+      counters_(counters),
+      view_(std::make_unique<DomainView>(owner->shadow_, owner->options_.allow_host_writes)) {}
+
+Dispatcher::Session::~Session() = default;
+
+namespace {
+
+// The audit event for one trap: off the common path (it allocates and
+// builds a message), kept out of line so the hot loop stays small.
+ABSL_ATTRIBUTE_NOINLINE void PublishTrapEvent(AuditHub& audit, const emulator::Trap& trap,
+                                              const emulator::Outcome& out,
+                                              const emulator::Instruction& insn,
+                                              emulator::DecodeError error) {
+  v1::TrapEvent event;
+  event.set_domain(trap.domain);
+  event.set_vcpu(trap.vcpu);
+  event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
+  if (error == emulator::DecodeError::kOk) {
+    event.set_mnemonic(std::string(emulator::Mnemonic(insn)));
+  }
+  event.set_msr(out.msr_or_port);
+  event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
+  audit.PublishTrap(std::move(event), !out.audit);
+}
+
+}  // namespace
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline const policy::DomainSnapshot&
+Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain) {
+  if (domain_cache_generation_ != reader_.generation()) [[unlikely]] {
+    for (CachedDomain& c : domain_cache_) c = CachedDomain{};
+    domain_cache_generation_ = reader_.generation();
+  }
+  CachedDomain& slot = domain_cache_[domain & (kDomainCacheSize - 1)];
+  if (slot.snap == nullptr || slot.domain != domain) [[unlikely]] {
+    slot.domain = domain;
+    slot.snap = &snapshot.ForDomain(domain);
+  }
+  return *slot.snap;
+}
+
+template <bool kHooks>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleImpl(
+    const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
+  const policy::Snapshot& snapshot = reader_.Get();
+  view_->Reset(ForDomain(snapshot, trap.domain), trap.domain);
+  // Decoded in place into the caller's Instruction when it wants one.
+  emulator::Instruction local;
+  emulator::Instruction& decoded = insn != nullptr ? *insn : local;
+  emulator::DecodeError decode_error = emulator::DecodeError::kOk;
+  emulator::Outcome out =
+      emulator::DecodeAndEmulateWith(trap, *view_, owner_->host_, &decoded, &decode_error);
+  // The trap counters are GetStats: always on, in both configurations.
+  Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
+  if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
+  if constexpr (kHooks) {
+    // Audit (off unless a watcher listens) and capture (off unless pvemud
+    // --capture): two loads and one branch that predicts, while both are off.
+    const bool audit_on = owner_->audit_->wants_traps();
+    TrapCapture* capture = owner_->capture_.load(std::memory_order_acquire);
+    if (audit_on || capture != nullptr) [[unlikely]] {
+      RunHooks(trap, out, decoded, decode_error, audit_on, capture);
+    }
+  }
+  if (error != nullptr) *error = decode_error;
+  return out;
+}
+
+void Dispatcher::Session::RunHooks(const emulator::Trap& trap, const emulator::Outcome& out,
+                                   const emulator::Instruction& decoded,
+                                   emulator::DecodeError decode_error, bool audit_on,
+                                   TrapCapture* capture) {
+  if (audit_on && (out.audit || out.unknown_msr)) {
+    PublishTrapEvent(*owner_->audit_, trap, out, decoded, decode_error);
+  }
+  if (capture != nullptr) capture->Record(trap, out, decoded, decode_error);
+}
+
+emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
+                                              emulator::Instruction* insn,
+                                              emulator::DecodeError* error) {
+  return HandleImpl<true>(trap, insn, error);
+}
+
+emulator::Outcome Dispatcher::Session::HandleBare(const emulator::Trap& trap) {
+  return HandleImpl<false>(trap, nullptr, nullptr);
+}
+
+struct TrapCapture::Impl {
+  absl::Mutex mu;
+  std::unique_ptr<traplog::TrapLogWriter> writer ABSL_GUARDED_BY(mu);
+  absl::Status error ABSL_GUARDED_BY(mu);  // the first failure; later records are dropped
+  v1::TrapRecord record ABSL_GUARDED_BY(mu);  // reused
+  uint64_t records ABSL_GUARDED_BY(mu) = 0;
+};
+
+TrapCapture::TrapCapture(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrapCapture::~TrapCapture() { (void)Close(); }
+
+absl::StatusOr<std::unique_ptr<TrapCapture>> TrapCapture::Open(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  absl::StatusOr<std::unique_ptr<traplog::TrapLogWriter>> writer =
+      traplog::TrapLogWriter::Open(path);
+  if (!writer.ok()) return writer.status();
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->writer = std::move(*writer);
+  }
+  return std::unique_ptr<TrapCapture>(new TrapCapture(std::move(impl)));
+}
+
+void TrapCapture::Record(const emulator::Trap& trap, const emulator::Outcome& outcome,
+                         const emulator::Instruction& insn, emulator::DecodeError error) {
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->writer == nullptr || !impl_->error.ok()) return;
+  v1::TrapRecord& rec = impl_->record;
+  rec.Clear();
+  emulator::TrapToProto(trap, rec.mutable_trap());
+  v1::Expectation* expect = rec.mutable_expect();
+  expect->set_kind(static_cast<v1::Outcome::Kind>(outcome.kind));
+  if (outcome.kind == emulator::OutcomeKind::kException) {
+    expect->set_vector(static_cast<v1::Vector>(outcome.vector));
+  } else if (outcome.kind == emulator::OutcomeKind::kCompleted &&
+             error == emulator::DecodeError::kOk && insn.kind == emulator::InsnKind::kRdmsr) {
+    expect->set_value((outcome.regs.gpr[emulator::kRdx] << 32) |
+                      (outcome.regs.gpr[emulator::kRax] & 0xffffffffu));
+  }
+  absl::Status status = impl_->writer->Append(rec);
+  if (!status.ok()) {
+    impl_->error = status;
+    std::fprintf(stderr, "pvemud: capture stopped: %s\n", std::string(status.message()).c_str());
+    return;
+  }
+  ++impl_->records;
+}
+
+absl::Status TrapCapture::Close() {
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->writer == nullptr) return impl_->error;
+  absl::Status status = impl_->writer->Close();
+  impl_->writer.reset();
+  if (impl_->error.ok()) impl_->error = status;
+  return status;
+}
+
+uint64_t TrapCapture::records() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->records;
+}
+
+void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
+                 const emulator::Instruction& insn, emulator::DecodeError error,
+                 uint64_t generation, v1::Outcome* msg) {
+  emulator::OutcomeToProto(outcome, msg);
+  msg->set_generation(generation);
+  if (error != emulator::DecodeError::kOk) {
+    msg->set_detail(absl::StrCat(
+        "decode: ",
+        emulator::DecodeStatus(emulator::DecodeResult{error, 0, {}}).message()));
+    return;
+  }
+  emulator::InstructionToProto(insn, msg->mutable_instruction());
+  std::string what(emulator::Mnemonic(insn));
+  if (insn.kind == emulator::InsnKind::kRdmsr || insn.kind == emulator::InsnKind::kWrmsr) {
+    const uint32_t msr = static_cast<uint32_t>(trap.regs.gpr[emulator::kRcx]);
+    absl::string_view name = x86::MsrName(msr);
+    absl::StrAppendFormat(&what, " 0x%x", msr);
+    if (!name.empty()) absl::StrAppend(&what, " (", name, ")");
+  }
+  switch (outcome.kind) {
+    case emulator::OutcomeKind::kCompleted:
+      msg->set_detail(absl::StrCat(what, ": completed"));
+      break;
+    case emulator::OutcomeKind::kException:
+      msg->set_detail(absl::StrCat(
+          what, ": #", v1::Vector_Name(static_cast<v1::Vector>(outcome.vector)),
+          outcome.has_error_code ? absl::StrCat("(", outcome.error_code, ")") : ""));
+      break;
+    case emulator::OutcomeKind::kUnhandled:
+      msg->set_detail(absl::StrCat(what, ": not emulated by pvemu; the hypervisor handles it"));
+      break;
+  }
+}
+
+}  // namespace pvemu::dispatch

@@ -1,0 +1,72 @@
+// The trap-path value types: a trapped vCPU's state and the one outcome that
+// answers it. Plain structs, no allocation; emulator/trap_convert.h turns them
+// into and out of the pvemu.v1 messages.
+#ifndef PVEMU_EMULATOR_TRAP_H_
+#define PVEMU_EMULATOR_TRAP_H_
+
+#include <cstdint>
+
+namespace pvemu::emulator {
+
+// The guest's execution mode; selects default operand/address sizes.
+enum class Mode : uint8_t { kReal, k16, k32, k64 };
+
+// General registers in x86 encoding order (the ModRM/REX register number).
+enum Gpr : uint8_t {
+  kRax = 0, kRcx = 1, kRdx = 2, kRbx = 3, kRsp = 4, kRbp = 5, kRsi = 6, kRdi = 7,
+  kR8 = 8, kR9, kR10, kR11, kR12, kR13, kR14, kR15,
+};
+
+struct Regs {
+  uint64_t gpr[16] = {};
+  uint64_t rip = 0;
+  uint64_t rflags = 0x2;  // bit 1 is always set
+};
+
+inline constexpr int kMaxInsnLength = 15;
+
+// One trapped instruction as the emulator sees it.
+struct Trap {
+  uint32_t domain = 0;
+  uint32_t vcpu = 0;
+  Mode mode = Mode::k64;
+  uint8_t cpl = 0;
+  uint8_t insn_len = 0;               // valid bytes in insn (0..15)
+  uint8_t insn[kMaxInsnLength] = {};  // bytes fetched at RIP
+  Regs regs;
+  uint64_t host_tsc = 0;              // host TSC at the trap, ticks
+};
+
+// Exception vectors (SDM Vol. 3 table 6-1); values equal pvemu.v1.Vector.
+enum class Vector : uint8_t { kDE = 0, kDB = 1, kUD = 6, kNM = 7, kGP = 13, kPF = 14 };
+
+enum class OutcomeKind : uint8_t {
+  kCompleted = 1,  // use `regs`: the instruction retired, RIP advanced
+  kException = 2,  // inject vector/error_code; registers unchanged
+  kUnhandled = 3,  // recognised but not emulated; nothing changed
+};
+
+// The one complete answer to one trap. When an exception is injected `regs`
+// holds the registers as they were at the trap.
+struct Outcome {
+  Outcome() = default;
+  // Starts from the trap's registers. A constructor rather than aggregate
+  // initialisation so the ~200-byte struct is not zero-filled first on every
+  // trap (GCC clears the whole aggregate before copying the registers).
+  explicit Outcome(const Regs& at_trap) : regs(at_trap) {}
+
+  OutcomeKind kind = OutcomeKind::kUnhandled;
+  Vector vector = Vector::kGP;
+  bool has_error_code = false;
+  uint32_t error_code = 0;
+  Regs regs;
+  // For audit and explain: the MSR (RDMSR/WRMSR) or port (IN/OUT) touched, and
+  // whether the deciding policy entry asked for an audit event.
+  uint32_t msr_or_port = 0;
+  bool audit = false;
+  bool unknown_msr = false;  // decided by the unknown-MSR mode, not by a rule
+};
+
+}  // namespace pvemu::emulator
+
+#endif  // PVEMU_EMULATOR_TRAP_H_

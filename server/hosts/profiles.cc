@@ -1,0 +1,19 @@
+#include "server/hosts/profiles.h"
+
+#include "base/embedded_files.h"
+
+namespace pvemu::server {
+
+// Generated from server/hosts/profiles/*.textproto (server/hosts/meson.build).
+extern const base::EmbeddedFile kShippedProfiles[];
+extern const size_t kShippedProfiles_count;
+
+absl::string_view ShippedProfile(absl::string_view name) {
+  return base::FindEmbedded({kShippedProfiles, kShippedProfiles_count}, name);
+}
+
+std::vector<absl::string_view> ShippedProfileNames() {
+  return base::EmbeddedNames({kShippedProfiles, kShippedProfiles_count});
+}
+
+}  // namespace pvemu::server

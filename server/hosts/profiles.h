@@ -1,0 +1,20 @@
+// Host profiles for the sim host, shipped with pvemu: embedded at build time
+// (and installed under DATADIR/pvemu/profiles/). Immutable; safe from any
+// thread.
+#ifndef PVEMU_SERVER_HOSTS_PROFILES_H_
+#define PVEMU_SERVER_HOSTS_PROFILES_H_
+
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace pvemu::server {
+
+// The text of a shipped host profile ("intel-xeon-e-2136",
+// "amd-epyc-7443p"), or "" if there is none by that name.
+absl::string_view ShippedProfile(absl::string_view name);
+std::vector<absl::string_view> ShippedProfileNames();
+
+}  // namespace pvemu::server
+
+#endif  // PVEMU_SERVER_HOSTS_PROFILES_H_

@@ -1,0 +1,112 @@
+// The trap path's session state, in process: a session sees an edit at its
+// next trap, its per-session domain cache never mixes up domains that share
+// a slot, and the path without the switchable features (HandleBare, for
+// the benchmarks) answers exactly as the full one and counts the same.
+#include "dispatch/dispatch.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "policy/loader.h"
+#include "policy/shipped.h"
+#include "server/hosts/profiles.h"
+#include "policy/store.h"
+#include "base/textproto.h"
+#include "server/hosts/sim_host.h"
+#include "tests/bench/trap_mix.h"
+
+namespace pvemu::dispatch {
+namespace {
+
+constexpr uint32_t kEnergyPerfBias = 0x1b0;
+
+emulator::Trap Rdmsr(uint32_t domain, uint32_t msr) {
+  emulator::Trap t;
+  t.domain = domain;
+  t.insn[0] = 0x0f;
+  t.insn[1] = 0x32;
+  t.insn_len = 2;
+  t.regs.gpr[emulator::kRcx] = msr;
+  return t;
+}
+
+uint64_t ReadValue(const emulator::Outcome& out) {
+  return (out.regs.gpr[emulator::kRdx] << 32) | (out.regs.gpr[emulator::kRax] & 0xffffffffu);
+}
+
+
+class DispatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    v1::HostProfile profile;
+    ASSERT_TRUE(ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile).ok());
+    host_ = std::move(server::SimHost::Create(profile, "intel")).value();
+    auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
+    ASSERT_TRUE(loaded.ok());
+    store_ = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL)).value();
+    dispatcher_ = std::make_unique<Dispatcher>(*store_, *host_, nullptr, DispatchOptions());
+  }
+
+  // A CONST read of IA32_ENERGY_PERF_BIAS in `domain`'s overlay.
+  void SetConst(uint32_t domain, uint64_t value) {
+    v1::MsrRule rule;
+    rule.set_msr("IA32_ENERGY_PERF_BIAS");
+    rule.set_read(v1::ReadAction::CONST);
+    rule.set_value(value);
+    ASSERT_TRUE(store_->SetRule(policy::LayerRef::Domain(domain), rule, policy::EditOptions()).ok());
+  }
+
+  std::unique_ptr<server::SimHost> host_;
+  std::unique_ptr<policy::Store> store_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+};
+
+TEST_F(DispatchTest, SessionSeesAnEditAtItsNextTrap) {
+  auto session = dispatcher_->NewSession();
+  const emulator::Outcome before = session->Handle(Rdmsr(3, kEnergyPerfBias));
+  const uint64_t generation = session->generation();
+  SetConst(3, 0x42);
+  const emulator::Outcome after = session->Handle(Rdmsr(3, kEnergyPerfBias));
+  EXPECT_EQ(session->generation(), generation + 1);
+  ASSERT_EQ(after.kind, emulator::OutcomeKind::kCompleted);
+  EXPECT_EQ(ReadValue(after), 0x42u);
+  EXPECT_FALSE(before.kind == emulator::OutcomeKind::kCompleted && ReadValue(before) == 0x42u);
+  // A domain without the overlay is untouched by it.
+  const emulator::Outcome other = session->Handle(Rdmsr(4, kEnergyPerfBias));
+  EXPECT_EQ(other.kind, before.kind);
+}
+
+TEST_F(DispatchTest, DomainsSharingACacheSlotKeepTheirOwnPolicies) {
+  // 3, 19 and 35 fall in the same slot of the session's 16-entry cache.
+  SetConst(3, 0x3);
+  SetConst(19, 0x19);
+  SetConst(35, 0x35);
+  auto session = dispatcher_->NewSession();
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t domain : {3u, 19u, 35u, 19u, 3u}) {
+      const emulator::Outcome out = session->Handle(Rdmsr(domain, kEnergyPerfBias));
+      ASSERT_EQ(out.kind, emulator::OutcomeKind::kCompleted) << domain;
+      EXPECT_EQ(ReadValue(out), domain == 3 ? 0x3u : domain == 19 ? 0x19u : 0x35u) << domain;
+    }
+  }
+}
+
+TEST_F(DispatchTest, BarePathAnswersAndCountsLikeTheFullOne) {
+  auto full = dispatcher_->NewSession();
+  auto bare = dispatcher_->NewSession();
+  const std::vector<emulator::Trap> traps = bench::MakeTrapMix(1024);
+  for (const emulator::Trap& t : traps) {
+    const emulator::Outcome a = full->Handle(t);
+    const emulator::Outcome b = bare->HandleBare(t);
+    ASSERT_EQ(a.kind, b.kind);
+    ASSERT_EQ(a.vector, b.vector);
+    ASSERT_EQ(a.regs.rip, b.regs.rip);
+    for (int r = 0; r < 16; ++r) ASSERT_EQ(a.regs.gpr[r], b.regs.gpr[r]) << r;
+  }
+  EXPECT_EQ(dispatcher_->Stats().traps, 2 * traps.size());
+}
+
+}  // namespace
+}  // namespace pvemu::dispatch
