@@ -18,6 +18,7 @@
 #include "policy/loader.h"
 #include "policy/rules.h"
 #include "policy/shipped.h"
+#include "base/durable_file.h"
 #include "base/status_macros.h"
 #include "base/textproto.h"
 
@@ -91,68 +92,11 @@ absl::StatusOr<StateFile> ReadStateFile(const std::string& path) {
   return out;
 }
 
-absl::Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
-  std::string msg = absl::StrCat("cannot save the policy: ", what, " ", path, ": ",
-                                 std::strerror(err),
-                                 "; the previous policy stays in force and on disk");
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return absl::ResourceExhaustedError(msg);
-    case EROFS:
-    case EACCES:
-    case EPERM:
-    case ENOENT:
-    case ENOTDIR:
-      return absl::FailedPreconditionError(msg);
-    default:
-      return absl::UnavailableError(msg);
-  }
-}
-
-// Writes `text` to dir/name atomically and durably: temp file, fsync, keep the
-// old file as .prev, rename, fsync the directory.
-absl::Status WriteDurably(const std::string& dir, absl::string_view text) {
-  std::string path = absl::StrCat(dir, "/", kStateFile);
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return ErrnoStatus("create", tmp, errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus("write", tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("fsync", tmp, err);
-  }
-  std::string prev = path + ".prev";
-  if (::rename(path.c_str(), prev.c_str()) != 0 && errno != ENOENT) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename", path, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::rename(prev.c_str(), path.c_str());  // put the old one back
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename", tmp, err);
-  }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
+// An edit that could not be made durable: the serving policy and the state
+// file are both unchanged.
+absl::Status NotSaved(const absl::Status& why) {
+  return absl::Status(why.code(), absl::StrCat("cannot save the policy: ", why.message(),
+                                               "; the previous policy stays in force and on disk"));
 }
 
 Layer* FindLayer(Policy* policy, LayerRef ref, bool create) {
@@ -347,16 +291,18 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
   std::string candidate_text = ToTextProto(candidate);
   const std::string text = state_dir_.empty() ? std::string() : StateText(candidate_text, next);
 
-  // The durable write (two fsyncs: most of an edit's latency) runs while
-  // this thread compiles the candidate and renders the diff; the edit is
-  // acknowledged and published only when both are done. WriteDurably is
-  // atomic, so a failed write leaves the previous state file in place.
+  // The candidate's state file is written and fsynced (most of an edit's
+  // latency) while this thread compiles it and renders the diff. Only once
+  // it compiled does it replace the state file (rename, directory fsync),
+  // so a failure anywhere leaves the state file exactly as it was.
+  const std::string staged = state_dir_.empty() ? std::string() : state_path() + ".tmp";
   absl::Status written;
   std::thread writer;
   bool write_inline = false;
   if (!state_dir_.empty()) {
     try {
-      writer = std::thread([this, &text, &written] { written = WriteDurably(state_dir_, text); });
+      writer = std::thread(
+          [&staged, &text, &written] { written = base::WriteAndSync(staged, text, 0640); });
     } catch (const std::system_error&) {
       write_inline = true;  // no thread to be had (EAGAIN): write in line below
     }
@@ -384,27 +330,30 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
     }
     snap = reparsed_ok.ok() ? CompilePolicy(candidate, stored, host_vendor_, next)
                             : absl::StatusOr<std::shared_ptr<const Snapshot>>(reparsed_ok);
+    if (fail_next_compile_.exchange(false)) snap = absl::InternalError("compile failure injected by a test");
   }
   if (!policy_text_.has_value()) policy_text_ = ToTextProto(policy_);
   EditResult result;
   result.generation = next;
   result.diff = DiffText(*policy_text_, candidate_text);
   if (writer.joinable()) writer.join();
-  if (write_inline) written = WriteDurably(state_dir_, text);
-  RETURN_IF_ERROR(written);
+  if (write_inline) written = base::WriteAndSync(staged, text, 0640);
+  if (!written.ok()) return NotSaved(written);
   if (!snap.ok()) {
-    // Validation passed, so this is not the policy's fault; the file on
-    // disk is already the candidate. Put the serving policy back on disk so
-    // a restart serves what the guests see now.
-    absl::Status restored =
-        state_dir_.empty() ? absl::OkStatus()
-                           : WriteDurably(state_dir_, StateText(*policy_text_, next - 1));
-    return absl::InternalError(absl::StrCat(
-        "the edit validated but did not compile (", snap.status().message(),
-        "); nothing changed",
-        restored.ok() ? std::string()
-                      : absl::StrCat("; restoring the state file failed too: ",
-                                     restored.message())));
+    // Validation passed, so this is not the policy's fault. The candidate
+    // never replaced the state file: drop it.
+    if (!staged.empty()) ::unlink(staged.c_str());
+    return absl::InternalError(absl::StrCat("the edit validated but did not compile (",
+                                            snap.status().message(),
+                                            "); nothing changed, on disk or in force"));
+  }
+  if (!state_dir_.empty()) {
+    // The old state file becomes .prev, the fallback should this one ever
+    // be unreadable. All or nothing, the directory fsync included.
+    if (absl::Status renamed = base::RenameDurably(staged, state_path(), /*keep_previous=*/true);
+        !renamed.ok()) {
+      return NotSaved(renamed);
+    }
   }
   policy_ = std::move(candidate);
   policy_text_ = std::move(candidate_text);

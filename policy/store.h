@@ -133,6 +133,11 @@ class Store {
   // thread. Unset (the default): no event is built at all.
   void SetEditListener(EditListener listener);
 
+  // Test hook: the next edit fails to compile after it validated (an
+  // internal error no policy can cause), so tests can prove such an edit
+  // changes nothing, on disk or in force.
+  void FailNextCompileForTesting() { fail_next_compile_.store(true); }
+
  private:
   friend class SnapshotReader;
   Store(std::string state_dir, pvemu::v1::Vendor host_vendor);
@@ -164,6 +169,7 @@ class Store {
     std::atomic<uint64_t> value{0};
   };
   PaddedGeneration generation_;
+  std::atomic<bool> fail_next_compile_{false};
 };
 
 // A per-thread (per trap source, per stream) view of a Store's snapshot. Get()

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "base/durable_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/shipped.h"
@@ -20,6 +23,7 @@ namespace {
 
 using ::pvemu::testing::IsOk;
 using ::pvemu::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using R = v1::ReadAction;
@@ -259,6 +263,54 @@ TEST(Store, ReadOnlyStateDir) {
   chmod(dir.path().c_str(), 0700);
   EXPECT_EQ(store->generation(), 2u);
   EXPECT_THAT(ReadAll(dir.path() + "/policy.textproto"), StartsWith("# pvemu state: generation=2"));
+}
+
+// Issue 17: an edit may be acknowledged only once its rename is durable. A
+// failed directory fsync used to be ignored.
+TEST(Store, FailedDirectoryFsyncFailsTheEditAndKeepsTheOldPolicy) {
+  testutil::TempDir dir;
+  auto store = OpenOk(dir.path());
+  ASSERT_THAT(store->SetRule(LayerRef::Default(), Rule("0x10", R::ZERO), {}), IsOk());
+  ASSERT_THAT(store->SetRule(LayerRef::Default(), Rule("0x11", R::ZERO), {}), IsOk());
+  const std::string state = ReadAll(dir.path() + "/policy.textproto");
+  const std::string prev = ReadAll(dir.path() + "/policy.textproto.prev");
+  base::SetSyncDirectoryFailureForTesting(EIO);
+  absl::StatusOr<EditResult> edit = store->SetRule(LayerRef::Default(), Rule("0x12", R::ZERO), {});
+  base::SetSyncDirectoryFailureForTesting(0);
+  EXPECT_THAT(edit, StatusIs(absl::StatusCode::kUnavailable,
+                             AllOf(HasSubstr("cannot save the policy: fsync of directory " + dir.path()),
+                                   HasSubstr("Input/output error"),
+                                   HasSubstr("the previous policy stays in force and on disk"))));
+  EXPECT_EQ(store->generation(), 3u);
+  EXPECT_TRUE(store->Current()->ForDomain(1).Lookup(0x12).unknown);
+  EXPECT_EQ(ReadAll(dir.path() + "/policy.textproto"), state);
+  EXPECT_EQ(ReadAll(dir.path() + "/policy.textproto.prev"), prev);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/policy.textproto.tmp"));
+  // The next edit, with the disk well again, lands.
+  EXPECT_THAT(store->SetRule(LayerRef::Default(), Rule("0x12", R::ZERO), {}), IsOk());
+  EXPECT_EQ(store->generation(), 4u);
+}
+
+// Issue 17: the restore after a failed compile used to rotate the failed
+// candidate into .prev.
+TEST(Store, FailedCompileLeavesTheStateFileAndItsPreviousAsTheyWere) {
+  testutil::TempDir dir;
+  auto store = OpenOk(dir.path());
+  ASSERT_THAT(store->SetRule(LayerRef::Default(), Rule("0x10", R::ZERO), {}), IsOk());
+  ASSERT_THAT(store->SetRule(LayerRef::Default(), Rule("0x11", R::ZERO), {}), IsOk());
+  const std::string state = ReadAll(dir.path() + "/policy.textproto");
+  const std::string prev = ReadAll(dir.path() + "/policy.textproto.prev");
+  store->FailNextCompileForTesting();
+  EXPECT_THAT(store->SetRule(LayerRef::Default(), Rule("0x12", R::ZERO), {}),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("nothing changed, on disk or in force")));
+  EXPECT_EQ(store->generation(), 3u);
+  EXPECT_EQ(ReadAll(dir.path() + "/policy.textproto"), state);
+  EXPECT_EQ(ReadAll(dir.path() + "/policy.textproto.prev"), prev);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/policy.textproto.tmp"));
+  // A restart serves what the guests saw.
+  store.reset();
+  store = OpenOk(dir.path());
+  EXPECT_EQ(store->generation(), 3u);
 }
 
 TEST(Store, ConcurrentEditorsLoseNoUpdate) {
