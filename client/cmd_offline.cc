@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
 #include "client/commands.h"
@@ -31,7 +32,12 @@ void PrintExplanation(const v1::ExplainResponse& e) {
     JsonLine rule;
     rule.Str("layer", e.layer()).Str("source", e.source());
     JsonLine line;
-    line.Num("domain", e.domain()).Hex("msr", e.msr());
+    line.Num("domain", e.domain());
+    if (e.has_port()) {
+      line.Hex("port", e.port());
+    } else {
+      line.Hex("msr", e.msr());
+    }
     if (!e.name().empty()) line.Str("name", e.name());
     line.Str("access", e.access()).Str("action", e.action());
     if (e.has_value()) line.Hex("value", e.value());
@@ -40,9 +46,12 @@ void PrintExplanation(const v1::ExplainResponse& e) {
     line.Print();
     return;
   }
-  std::printf("domain %u %s msr 0x%x%s: %s%s\n  decided by %s%s%s\n", e.domain(),
-              e.access().c_str(), e.msr(),
-              e.name().empty() ? "" : absl::StrCat(" (", e.name(), ")").c_str(),
+  const std::string target = e.has_port()
+                                 ? absl::StrFormat("port 0x%x", e.port())
+                                 : absl::StrFormat("msr 0x%x%s", e.msr(),
+                                                   e.name().empty() ? "" : absl::StrCat(" (", e.name(), ")"));
+  std::printf("domain %u %s %s: %s%s\n  decided by %s%s%s\n", e.domain(), e.access().c_str(),
+              target.c_str(),
               e.action().c_str(),
               e.has_value() ? absl::StrCat(" value ", HexString(e.value())).c_str() : "",
               e.layer().c_str(), e.source().empty() ? "" : absl::StrCat(" rule at ", e.source()).c_str(),
@@ -52,11 +61,25 @@ void PrintExplanation(const v1::ExplainResponse& e) {
 absl::Status Explain() {
   std::string domain_flag = absl::GetFlag(FLAGS_domain);
   std::string msr_flag = absl::GetFlag(FLAGS_msr);
-  if (domain_flag.empty() || msr_flag.empty()) {
-    return absl::InvalidArgumentError("explain needs --domain=N and --msr=MSR");
-  }
+  std::string port_flag = absl::GetFlag(FLAGS_port);
   ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(domain_flag, "--domain"));
-  ASSIGN_OR_RETURN(uint32_t msr, ParseMsrArg(msr_flag, "--msr"));
+  uint32_t msr = 0;
+  std::optional<uint16_t> port;
+  const uint32_t width = absl::GetFlag(FLAGS_width);
+  if (!port_flag.empty()) {
+    ASSIGN_OR_RETURN(uint32_t p, ParseNumber32(port_flag, "--port"));
+    if (p > 0xffff) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--port: ", port_flag, " is not an I/O port; ports are 0..0xffff"));
+    }
+    if (width != 1 && width != 2 && width != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--width: ", width, " is not an I/O access width; use 1, 2 or 4"));
+    }
+    port = static_cast<uint16_t>(p);
+  } else {
+    ASSIGN_OR_RETURN(msr, ParseMsrArg(msr_flag, "--msr"));
+  }
   std::optional<uint64_t> write;
   if (std::string w = absl::GetFlag(FLAGS_write); !w.empty()) {
     ASSIGN_OR_RETURN(write, ParseNumber(w, "--write"));
@@ -68,7 +91,12 @@ absl::Status Explain() {
     auto stub = v1::PolicyService::NewStub(channel);
     v1::ExplainRequest request;
     request.set_domain(domain);
-    request.set_msr(msr_flag);
+    if (port.has_value()) {
+      request.set_port(*port);
+      request.set_port_width(width);
+    } else {
+      request.set_msr(msr_flag);
+    }
     if (write.has_value()) request.set_write_value(*write);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -86,8 +114,11 @@ absl::Status Explain() {
   }
   ASSIGN_OR_RETURN(auto store, StoreFromFlags(vendor));
   std::shared_ptr<const policy::Snapshot> snapshot = store->Current();
-  policy::ExplanationToProto(policy::ExplainMsr(*snapshot, domain, msr, write), *snapshot,
-                             &response);
+  const policy::Explanation explanation =
+      port.has_value()
+          ? policy::ExplainPort(*snapshot, domain, *port, static_cast<uint8_t>(width), write)
+          : policy::ExplainMsr(*snapshot, domain, msr, write);
+  policy::ExplanationToProto(explanation, *snapshot, &response);
   PrintExplanation(response);
   return absl::OkStatus();
 }
@@ -173,6 +204,13 @@ absl::Status Emulate() {
     r.Hex("rax", o.rax()).Hex("rbx", o.rbx()).Hex("rcx", o.rcx()).Hex("rdx", o.rdx());
     r.Hex("rsi", o.rsi()).Hex("rdi", o.rdi()).Hex("rip", o.rip()).Hex("rflags", o.rflags());
     line.Obj("regs", r);
+    line.Bool("write_dropped", out.write_dropped());
+    if (out.has_instruction() && (out.instruction().mnemonic() == "in" ||
+                                  out.instruction().mnemonic() == "out")) {
+      // Which io_port case applied: outside the ranges (all ones / dropped),
+      // or granted (a host device, or DEVICE_IO for the device model).
+      line.Bool("port_denied", out.port_denied());
+    }
     line.Str("detail", out.detail());
     line.Print();
   } else {
@@ -210,8 +248,9 @@ int RunValidate(const Args& args) {
 
 int RunExplain(const Args& args) {
   if (!args.empty()) return UsageError("explain takes flags only (--domain, --msr, ...)");
-  if (absl::GetFlag(FLAGS_domain).empty() || absl::GetFlag(FLAGS_msr).empty()) {
-    return UsageError("explain needs --domain=N and --msr=MSR");
+  if (absl::GetFlag(FLAGS_domain).empty() ||
+      absl::GetFlag(FLAGS_msr).empty() == absl::GetFlag(FLAGS_port).empty()) {
+    return UsageError("explain needs --domain=N and one of --msr=MSR or --port=P");
   }
   absl::Status status = Explain();
   return status.ok() ? kExitOk : Fail(status);

@@ -336,6 +336,7 @@ int RunStats(const Args& args) {
         .Num("completed", static_cast<double>(response.completed()))
         .Num("exceptions", static_cast<double>(response.exceptions()))
         .Num("unhandled", static_cast<double>(response.unhandled()))
+        .Num("device_io", static_cast<double>(response.device_io()))
         .Num("decode_errors", static_cast<double>(response.decode_errors()))
         .Num("generation", static_cast<double>(response.generation()))
         .Num("edits", static_cast<double>(response.edits()))
@@ -347,7 +348,7 @@ int RunStats(const Args& args) {
     std::printf(
         "host        %s\nuptime      %.0f s\ngeneration  %llu (%llu edits)\n"
         "traps       %llu: %llu completed, %llu exceptions, %llu unhandled, "
-        "%llu decode errors\n",
+        "%llu to the device model, %llu decode errors\n",
         response.host().c_str(), response.uptime_seconds(),
         static_cast<unsigned long long>(response.generation()),
         static_cast<unsigned long long>(response.edits()),
@@ -355,6 +356,7 @@ int RunStats(const Args& args) {
         static_cast<unsigned long long>(response.completed()),
         static_cast<unsigned long long>(response.exceptions()),
         static_cast<unsigned long long>(response.unhandled()),
+        static_cast<unsigned long long>(response.device_io()),
         static_cast<unsigned long long>(response.decode_errors()));
   }
   return kExitOk;

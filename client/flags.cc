@@ -22,6 +22,8 @@ ABSL_FLAG(std::string, domain, "", "domain id, or 'default' for the default laye
 ABSL_FLAG(std::string, vcpu, "0", "vCPU index");
 ABSL_FLAG(std::string, cpl, "0", "guest CPL, 0..3");
 ABSL_FLAG(std::string, msr, "", "MSR: catalog name or number");
+ABSL_FLAG(std::string, port, "", "explain: an I/O port (0..0xffff) instead of --msr");
+ABSL_FLAG(uint32_t, width, 1, "explain --port: the access width in bytes (1, 2 or 4)");
 ABSL_FLAG(std::string, range, "", "MSR range FIRST-LAST (names or numbers)");
 ABSL_FLAG(std::string, write, "",
           "explain: the value written; set-rule: the write action "

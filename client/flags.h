@@ -20,6 +20,8 @@ ABSL_DECLARE_FLAG(std::string, domain);
 ABSL_DECLARE_FLAG(std::string, vcpu);
 ABSL_DECLARE_FLAG(std::string, cpl);
 ABSL_DECLARE_FLAG(std::string, msr);
+ABSL_DECLARE_FLAG(std::string, port);
+ABSL_DECLARE_FLAG(uint32_t, width);
 ABSL_DECLARE_FLAG(std::string, range);
 ABSL_DECLARE_FLAG(std::string, write);
 ABSL_DECLARE_FLAG(std::string, read);

@@ -41,14 +41,29 @@ std::shared_ptr<AuditSubscription> AuditHub::Subscribe(const v1::WatchRequest& f
   std::shared_ptr<AuditSubscription> sub(new AuditSubscription(filter));
   absl::MutexLock lock(&mu_);
   subs_.push_back(sub);
-  subscribers_.store(static_cast<int>(subs_.size()), std::memory_order_relaxed);
+  SetActive(true);
   return sub;
 }
 
 void AuditHub::Unsubscribe(const std::shared_ptr<AuditSubscription>& sub) {
   absl::MutexLock lock(&mu_);
   subs_.erase(std::remove(subs_.begin(), subs_.end(), sub), subs_.end());
-  subscribers_.store(static_cast<int>(subs_.size()), std::memory_order_relaxed);
+  SetActive(!subs_.empty());
+}
+
+void AuditHub::OnTrap(const emulator::Trap& trap, const emulator::Outcome& out,
+                      const emulator::Instruction& insn, emulator::DecodeError error) {
+  if (!out.audit && !out.unknown_msr) return;
+  v1::TrapEvent event;
+  event.set_domain(trap.domain);
+  event.set_vcpu(trap.vcpu);
+  event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
+  if (error == emulator::DecodeError::kOk) {
+    event.set_mnemonic(std::string(emulator::Mnemonic(insn)));
+  }
+  event.set_msr(out.msr_or_port);
+  event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
+  PublishTrap(std::move(event), !out.audit);
 }
 
 void AuditHub::Shutdown() {

@@ -2,9 +2,9 @@
 // unknown-MSR accesses (rate-limited per domain and MSR), fanned out to the
 // AuditService.Watch streams.
 //
-// The trap path calls PublishTrap only when the outcome asks for it AND
-// wants_traps() is true: with no subscriber that is one relaxed load behind a
-// branch that is almost never taken, and nothing is built or locked.
+// The hub is a TrapObserver, active while someone watches: with no
+// subscriber the trap path pays its observer set's one relaxed load, and
+// nothing is built or locked.
 #ifndef PVEMU_DISPATCH_AUDIT_H_
 #define PVEMU_DISPATCH_AUDIT_H_
 
@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dispatch/observer.h"
 #include "pvemu/v1/service.pb.h"
 
 namespace pvemu::dispatch {
@@ -45,7 +46,7 @@ class AuditSubscription {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-class AuditHub {
+class AuditHub final : public TrapObserver {
  public:
   // Events a subscriber may have waiting before trap events are dropped
   // (edits are never dropped).
@@ -58,7 +59,10 @@ class AuditHub {
   // Wakes every subscriber with "closed" (daemon shutdown).
   void Shutdown();
 
-  bool wants_traps() const { return subscribers_.load(std::memory_order_relaxed) > 0; }
+  // Publishes the traps whose rule asks for auditing and unknown-MSR
+  // accesses (rate-limited); active while anyone watches.
+  void OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
+              const emulator::Instruction& insn, emulator::DecodeError error) override;
 
   void PublishEdit(v1::EditEvent edit);
   // `unknown` events are rate-limited per (domain, msr).
@@ -67,7 +71,6 @@ class AuditHub {
  private:
   void Deliver(v1::AuditEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::atomic<int> subscribers_{0};
   absl::Mutex mu_;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<AuditSubscription>> subs_ ABSL_GUARDED_BY(mu_);

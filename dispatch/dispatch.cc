@@ -1,4 +1,5 @@
 #include "dispatch/dispatch.h"
+#include "dispatch/dispatch_testing.h"
 
 #include <cstdio>
 
@@ -119,9 +120,9 @@ class Dispatcher::DomainView final : public emulator::Domain {
 // One session's counters: written only by its thread (relaxed stores, no
 // read-modify-write), read by Stats() from any thread.
 struct Dispatcher::Session::Counters {
-  // Indexed by OutcomeKind (1..3); the trap count is their sum, so a trap
-  // costs one counter update.
-  std::atomic<uint64_t> by_kind[4] = {};
+  // Indexed by OutcomeKind (1..4, masked to stay in bounds); the trap count
+  // is their sum, so a trap costs one counter update.
+  std::atomic<uint64_t> by_kind[8] = {};
   std::atomic<uint64_t> decode_errors{0};
 };
 
@@ -133,7 +134,10 @@ void Bump(std::atomic<uint64_t>& c) {
 
 Dispatcher::Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
                        DispatchOptions options)
-    : store_(store), host_(host), audit_(audit != nullptr ? audit : &no_audit_), options_(options) {}
+    : store_(store), host_(host), options_(options) {
+  // A fresh set has room for it.
+  if (audit != nullptr) (void)observers_.Add(audit);
+}
 
 Dispatcher::~Dispatcher() = default;
 
@@ -157,9 +161,10 @@ TrapStats Dispatcher::Stats() const {
     s.completed += kind(emulator::OutcomeKind::kCompleted);
     s.exceptions += kind(emulator::OutcomeKind::kException);
     s.unhandled += kind(emulator::OutcomeKind::kUnhandled);
+    s.device_io += kind(emulator::OutcomeKind::kDeviceIo);
     s.decode_errors += c->decode_errors.load(std::memory_order_relaxed);
   }
-  s.traps = s.completed + s.exceptions + s.unhandled;
+  s.traps = s.completed + s.exceptions + s.unhandled + s.device_io;
   return s;
 }
 
@@ -170,28 +175,6 @@ Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
       view_(std::make_unique<DomainView>(owner->shadow_, owner->options_.allow_host_writes)) {}
 
 Dispatcher::Session::~Session() = default;
-
-namespace {
-
-// The audit event for one trap: off the common path (it allocates and
-// builds a message), kept out of line so the hot loop stays small.
-ABSL_ATTRIBUTE_NOINLINE void PublishTrapEvent(AuditHub& audit, const emulator::Trap& trap,
-                                              const emulator::Outcome& out,
-                                              const emulator::Instruction& insn,
-                                              emulator::DecodeError error) {
-  v1::TrapEvent event;
-  event.set_domain(trap.domain);
-  event.set_vcpu(trap.vcpu);
-  event.set_reason(out.audit ? "audit-rule" : "unknown-msr");
-  if (error == emulator::DecodeError::kOk) {
-    event.set_mnemonic(std::string(emulator::Mnemonic(insn)));
-  }
-  event.set_msr(out.msr_or_port);
-  event.set_outcome(static_cast<v1::Outcome::Kind>(out.kind));
-  audit.PublishTrap(std::move(event), !out.audit);
-}
-
-}  // namespace
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline const policy::DomainSnapshot&
 Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain) {
@@ -207,7 +190,7 @@ Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain
   return *slot.snap;
 }
 
-template <bool kHooks>
+template <bool kObservers>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleImpl(
     const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
   const policy::Snapshot& snapshot = reader_.Get();
@@ -219,29 +202,17 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   emulator::Outcome out =
       emulator::DecodeAndEmulateWith(trap, *view_, owner_->host_, &decoded, &decode_error);
   // The trap counters are GetStats: always on, in both configurations.
-  Bump(counters_->by_kind[static_cast<int>(out.kind) & 3]);
+  Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
   if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
-  if constexpr (kHooks) {
-    // Audit (off unless a watcher listens) and capture (off unless pvemud
-    // --capture): two loads and one branch that predicts, while both are off.
-    const bool audit_on = owner_->audit_->wants_traps();
-    TrapCapture* capture = owner_->capture_.load(std::memory_order_acquire);
-    if (audit_on || capture != nullptr) [[unlikely]] {
-      RunHooks(trap, out, decoded, decode_error, audit_on, capture);
+  if constexpr (kObservers) {
+    // Audit (off unless a watcher listens), capture (off unless pvemud
+    // --capture): one load and one branch that predicts while all are off.
+    if (owner_->observers_.any_active()) [[unlikely]] {
+      owner_->observers_.Notify(trap, out, decoded, decode_error);
     }
   }
   if (error != nullptr) *error = decode_error;
   return out;
-}
-
-void Dispatcher::Session::RunHooks(const emulator::Trap& trap, const emulator::Outcome& out,
-                                   const emulator::Instruction& decoded,
-                                   emulator::DecodeError decode_error, bool audit_on,
-                                   TrapCapture* capture) {
-  if (audit_on && (out.audit || out.unknown_msr)) {
-    PublishTrapEvent(*owner_->audit_, trap, out, decoded, decode_error);
-  }
-  if (capture != nullptr) capture->Record(trap, out, decoded, decode_error);
 }
 
 emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
@@ -250,8 +221,9 @@ emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
   return HandleImpl<true>(trap, insn, error);
 }
 
-emulator::Outcome Dispatcher::Session::HandleBare(const emulator::Trap& trap) {
-  return HandleImpl<false>(trap, nullptr, nullptr);
+emulator::Outcome DispatchTesting::HandleWithoutObservers(Dispatcher::Session& session,
+                                                          const emulator::Trap& trap) {
+  return session.HandleImpl<false>(trap, nullptr, nullptr);
 }
 
 struct TrapCapture::Impl {
@@ -262,7 +234,7 @@ struct TrapCapture::Impl {
   uint64_t records ABSL_GUARDED_BY(mu) = 0;
 };
 
-TrapCapture::TrapCapture(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrapCapture::TrapCapture(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { SetActive(true); }
 TrapCapture::~TrapCapture() { (void)Close(); }
 
 absl::StatusOr<std::unique_ptr<TrapCapture>> TrapCapture::Open(const std::string& path) {
@@ -277,7 +249,7 @@ absl::StatusOr<std::unique_ptr<TrapCapture>> TrapCapture::Open(const std::string
   return std::unique_ptr<TrapCapture>(new TrapCapture(std::move(impl)));
 }
 
-void TrapCapture::Record(const emulator::Trap& trap, const emulator::Outcome& outcome,
+void TrapCapture::OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
                          const emulator::Instruction& insn, emulator::DecodeError error) {
   absl::MutexLock lock(&impl_->mu);
   if (impl_->writer == nullptr || !impl_->error.ok()) return;
@@ -303,6 +275,7 @@ void TrapCapture::Record(const emulator::Trap& trap, const emulator::Outcome& ou
 }
 
 absl::Status TrapCapture::Close() {
+  SetActive(false);
   absl::MutexLock lock(&impl_->mu);
   if (impl_->writer == nullptr) return impl_->error;
   absl::Status status = impl_->writer->Close();
@@ -335,9 +308,25 @@ void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
     absl::StrAppendFormat(&what, " 0x%x", msr);
     if (!name.empty()) absl::StrAppend(&what, " (", name, ")");
   }
+  const bool port_io = insn.kind == emulator::InsnKind::kIn || insn.kind == emulator::InsnKind::kOut;
+  if (port_io) absl::StrAppendFormat(&what, " port 0x%x", outcome.msr_or_port);
   switch (outcome.kind) {
     case emulator::OutcomeKind::kCompleted:
-      msg->set_detail(absl::StrCat(what, ": completed"));
+      if (outcome.port_denied) {
+        msg->set_detail(absl::StrCat(what, ": not in the domain's io_port ranges; ",
+                                     insn.kind == emulator::InsnKind::kIn ? "reads all ones"
+                                                                          : "write dropped"));
+      } else if (port_io) {
+        msg->set_detail(absl::StrCat(what, ": completed by the host's device"));
+      } else if (outcome.write_dropped) {
+        msg->set_detail(absl::StrCat(what, ": completed; write dropped"));
+      } else {
+        msg->set_detail(absl::StrCat(what, ": completed"));
+      }
+      break;
+    case emulator::OutcomeKind::kDeviceIo:
+      msg->set_detail(absl::StrCat(
+          what, ": granted by the domain's io_port ranges; handed to the device model"));
       break;
     case emulator::OutcomeKind::kException:
       msg->set_detail(absl::StrCat(

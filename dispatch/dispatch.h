@@ -25,6 +25,7 @@
 #include "emulator/host.h"
 #include "policy/store.h"
 #include "dispatch/audit.h"
+#include "dispatch/observer.h"
 #include "dispatch/shadow_store.h"
 #include "pvemu/v1/trap.pb.h"
 
@@ -37,15 +38,16 @@ struct DispatchOptions {
 };
 
 // Records every handled trap with its outcome as an expectation, to a trap
-// log (pvemud --capture=FILE). Thread-safe: appends serialise on a mutex,
-// which is why capture is off unless asked for (one pointer test per trap).
-class TrapCapture {
+// log (pvemud --capture=FILE): an observer, active from Open to Close.
+// Thread-safe: appends serialise on a mutex, which is why capture is off
+// unless asked for.
+class TrapCapture final : public TrapObserver {
  public:
   // Opens `path` (.traps or .textproto, see emulator/traplog.h).
   static absl::StatusOr<std::unique_ptr<TrapCapture>> Open(const std::string& path);
-  ~TrapCapture();
-  void Record(const emulator::Trap& trap, const emulator::Outcome& outcome,
-              const emulator::Instruction& insn, emulator::DecodeError error);
+  ~TrapCapture() override;
+  void OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
+              const emulator::Instruction& insn, emulator::DecodeError error) override;
   // Makes the log durable and complete; later Record calls are dropped.
   absl::Status Close();
   uint64_t records() const;
@@ -61,6 +63,7 @@ struct TrapStats {
   uint64_t completed = 0;
   uint64_t exceptions = 0;
   uint64_t unhandled = 0;
+  uint64_t device_io = 0;  // handed to the trap source's device model
   uint64_t decode_errors = 0;
 };
 
@@ -68,7 +71,8 @@ struct TrapStats {
 // thread at a time (one per stream / trap-source thread).
 class Dispatcher {
  public:
-  // `store`, `host` and `audit` (may be null) must outlive the dispatcher.
+  // `store`, `host` and `audit` (may be null; added as an observer) must
+  // outlive the dispatcher.
   Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
              DispatchOptions options);
   ~Dispatcher();
@@ -82,26 +86,19 @@ class Dispatcher {
     // the decoded instruction / the decode error for callers that report it.
     emulator::Outcome Handle(const emulator::Trap& trap, emulator::Instruction* insn = nullptr,
                              emulator::DecodeError* error = nullptr);
-    // The same path compiled without the switchable features (audit and
-    // capture; the trap counters are GetStats and always on), for the
-    // benchmark that proves switched-off features cost nothing
-    // (BM_DispatchHooksOff vs BM_DispatchHooksBare). Not for production use.
-    emulator::Outcome HandleBare(const emulator::Trap& trap);
     // The policy generation the last Handle() used.
     uint64_t generation() const { return reader_.generation(); }
 
    private:
     friend class Dispatcher;
+    friend struct DispatchTesting;  // dispatch/dispatch_testing.h
     struct Counters;
     Session(Dispatcher* owner, Counters* counters);
-    template <bool kHooks>
+    // kObservers false: the same path without the observer test, for the
+    // benchmark that proves switched-off features cost nothing.
+    template <bool kObservers>
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
-    // Audit and capture for one trap, out of line: only when one is on.
-    ABSL_ATTRIBUTE_NOINLINE void RunHooks(const emulator::Trap& trap, const emulator::Outcome& out,
-                                          const emulator::Instruction& decoded,
-                                          emulator::DecodeError decode_error, bool audit_on,
-                                          TrapCapture* capture);
 
     // The domain's compiled policy in the current snapshot, from a small
     // direct-mapped cache (a trap source sees few domains), so a trap skips
@@ -123,9 +120,11 @@ class Dispatcher {
 
   std::unique_ptr<Session> NewSession();
 
-  // Starts (non-null) or stops (null) capturing; the capture must outlive
-  // its use. Traps in flight may still go to the previous one.
-  void SetCapture(TrapCapture* capture) { capture_.store(capture, std::memory_order_release); }
+  // Reports every handled trap to `observer` while it is active (a
+  // capture, the audit hub, ...). It must outlive the dispatcher or be
+  // removed; traps in flight may still reach an observer just removed.
+  absl::Status AddObserver(TrapObserver* observer) { return observers_.Add(observer); }
+  void RemoveObserver(TrapObserver* observer) { observers_.Remove(observer); }
 
   // Sums every session's counters (past and present).
   TrapStats Stats() const;
@@ -136,9 +135,7 @@ class Dispatcher {
  private:
   const policy::Store& store_;
   emulator::Host& host_;
-  AuditHub no_audit_;  // stands in when no hub is given: nobody ever listens
-  AuditHub* audit_;    // never null
-  std::atomic<TrapCapture*> capture_{nullptr};
+  ObserverSet observers_;
   const DispatchOptions options_;
   ShadowStore shadow_;
 

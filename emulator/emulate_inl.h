@@ -166,6 +166,7 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
           return Raise(out, Vector::kGP);
         }
       }
+      out->write_dropped = true;
       break;
     }
     case MsrWrite::kShadow: {
@@ -181,7 +182,8 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
       }
       if (masked && violates(*reg)) {
         if (!d.drop_reserved) return Raise(out, Vector::kGP);
-        break;  // dropped: the instruction completes, nothing changes
+        out->write_dropped = true;  // the instruction completes, nothing changes
+        break;
       }
       *reg = value;
       break;
@@ -195,6 +197,7 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
         if (!host.ReadMsr(trap.vcpu, index, &current)) current = 0;
         if (violates(current)) {
           if (!d.drop_reserved) return Raise(out, Vector::kGP);
+          out->write_dropped = true;
           break;
         }
       }
@@ -249,31 +252,57 @@ void Rdtsc(const Trap& trap, const Instruction& insn, DomainT& domain,
   Complete(trap, insn, out);
 }
 
-template <typename DomainT>
+// The value IN reads from a port with nothing behind it (the bus floats
+// high): all ones in the access's width.
+inline void FloatingBus(const Trap& trap, uint8_t width, Outcome* out) {
+  uint64_t& rax = out->regs.gpr[kRax];
+  switch (width) {
+    case 1:
+      rax |= 0xff;
+      break;
+    case 2:
+      rax |= 0xffff;
+      break;
+    default:
+      Set32(trap.mode, kRax, 0xffffffffu, &out->regs);
+      break;
+  }
+}
+
+// IN/OUT (imm8 and DX forms). A port outside the domain's io_port ranges
+// reads all ones and drops writes; a granted port goes to a device the host
+// models there, or else back to the trap source as kDeviceIo.
+template <typename DomainT, typename HostT>
 void PortIo(const Trap& trap, const Instruction& insn, DomainT& domain,
-            Outcome* out) {
+            HostT& host, Outcome* out) {
   if (!IoplOk(trap)) return Raise(out, Vector::kGP);
   const uint16_t port = insn.has_imm_port
                             ? insn.port
                             : static_cast<uint16_t>(trap.regs.gpr[kRdx]);
   const uint8_t width = insn.operand_size / 8;
+  const bool write = insn.kind == InsnKind::kOut;
   out->msr_or_port = port;
-  // There is no device model: an allowed port with nothing behind it floats
-  // high and swallows writes, exactly like a port outside the domain's
-  // ranges. The policy is still asked so a device model slots in here.
-  (void)domain.PortAllowed(port, width);
-  if (insn.kind == InsnKind::kIn) {
+  if (!domain.PortAllowed(port, width)) {
+    out->port_denied = true;
+    if (write) {
+      out->write_dropped = true;
+    } else {
+      FloatingBus(trap, width, out);
+    }
+    return Complete(trap, insn, out);
+  }
+  const uint32_t width_mask = width >= 4 ? 0xffffffffu : (1u << (8 * width)) - 1;
+  uint32_t value = static_cast<uint32_t>(trap.regs.gpr[kRax]) & width_mask;
+  if (!host.PortIo(port, width, write, &value)) {
+    out->kind = OutcomeKind::kDeviceIo;
+    return;
+  }
+  if (!write) {
     uint64_t& rax = out->regs.gpr[kRax];
-    switch (width) {
-      case 1:
-        rax |= 0xff;
-        break;
-      case 2:
-        rax |= 0xffff;
-        break;
-      default:
-        Set32(trap.mode, kRax, 0xffffffffu, &out->regs);
-        break;
+    if (width >= 4) {
+      Set32(trap.mode, kRax, value, &out->regs);
+    } else {
+      rax = (rax & ~uint64_t{width_mask}) | (value & width_mask);
     }
   }
   Complete(trap, insn, out);
@@ -297,7 +326,7 @@ void EmulateInto(const Trap& trap, const Instruction& insn, DomainT& domain,
       return Unhandled(out);  // no counters are emulated
     case InsnKind::kIn:
     case InsnKind::kOut:
-      return PortIo(trap, insn, domain, out);
+      return PortIo(trap, insn, domain, host, out);
     case InsnKind::kIns:
     case InsnKind::kOuts:
     case InsnKind::kCli:

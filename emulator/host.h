@@ -35,6 +35,15 @@ class Host {
   virtual bool WriteMsr(uint32_t cpu, uint32_t index, uint64_t value) = 0;
   // Host CPUID for leaf/subleaf.
   virtual CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf) = 0;
+
+  // A device the host itself models at I/O port `port` (the sim host's
+  // profile ports). IN: sets *value (the low `width` bytes count) and returns
+  // true; OUT: takes *value and returns true. false: no device here, the
+  // access goes to the trap source's device model. Real hosts model none.
+  virtual bool PortIo(uint16_t port, uint8_t width, bool write, uint32_t* value) {
+    (void)port, (void)width, (void)write, (void)value;
+    return false;
+  }
 };
 
 }  // namespace pvemu::emulator

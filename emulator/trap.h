@@ -44,6 +44,10 @@ enum class OutcomeKind : uint8_t {
   kCompleted = 1,  // use `regs`: the instruction retired, RIP advanced
   kException = 2,  // inject vector/error_code; registers unchanged
   kUnhandled = 3,  // recognised but not emulated; nothing changed
+  // IN/OUT on a port the domain's io_port policy grants, with no device the
+  // host models behind it: the trap source hands the access to its own
+  // device model (a VMM's devices). Nothing changed; RIP not advanced.
+  kDeviceIo = 4,
 };
 
 // The one complete answer to one trap. When an exception is injected `regs`
@@ -65,6 +69,14 @@ struct Outcome {
   uint32_t msr_or_port = 0;
   bool audit = false;
   bool unknown_msr = false;  // decided by the unknown-MSR mode, not by a rule
+  // A WRMSR or OUT that completed without taking effect: an IGNORE rule, a
+  // reserved-bit change a rule drops, or a port outside the domain's
+  // io_port ranges. Trap sources that commit writes themselves (Xen's
+  // vm_event) deny exactly these.
+  bool write_dropped = false;
+  // IN/OUT on a port outside the domain's io_port ranges: IN read all ones,
+  // OUT was dropped.
+  bool port_denied = false;
 };
 
 }  // namespace pvemu::emulator

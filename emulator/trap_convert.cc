@@ -115,6 +115,8 @@ void TrapToProto(const Trap& trap, pvemu::v1::Trap* msg) {
 void OutcomeToProto(const Outcome& outcome, pvemu::v1::Outcome* msg) {
   msg->set_kind(static_cast<pvemu::v1::Outcome::Kind>(outcome.kind));
   RegsToProto(outcome.regs, msg->mutable_regs());
+  msg->set_write_dropped(outcome.write_dropped);
+  msg->set_port_denied(outcome.port_denied);
   if (outcome.kind == OutcomeKind::kException) {
     auto* exc = msg->mutable_exception();
     exc->set_vector(static_cast<pvemu::v1::Vector>(outcome.vector));

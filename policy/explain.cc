@@ -1,5 +1,6 @@
 #include "policy/explain.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "x86/msr_catalog.h"
 
@@ -83,10 +84,70 @@ Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
   return x;
 }
 
+namespace {
+
+// The io_port range of `layer` that holds [port, last], or null.
+const v1::PortRange* GrantingRange(const v1::Layer& layer, uint32_t port, uint32_t last) {
+  for (const v1::PortRange& r : layer.io_port()) {
+    if (r.first() <= port && last <= r.last()) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Explanation ExplainPort(const Snapshot& snapshot, uint32_t domain, uint16_t port, uint8_t width,
+                        std::optional<uint64_t> write_value) {
+  Explanation x;
+  x.domain = domain;
+  x.port = port;
+  x.write = write_value.has_value();
+  const uint32_t last = uint32_t{port} + width - 1;
+  const bool granted = snapshot.ForDomain(domain).PortAllowed(port, width);
+  const std::string what =
+      absl::StrFormat("%s of %u byte%s at port %#x", x.write ? "OUT" : "IN", width,
+                      width == 1 ? "" : "s", port);
+  if (!granted) {
+    x.action = "FLOAT";
+    x.layer = "io_port";
+    if (!x.write) x.value = width >= 4 ? 0xffffffffu : (1u << (8 * width)) - 1;
+    x.detail = absl::StrCat(what, ": not in the domain's io_port ranges; ",
+                            x.write ? "the write is dropped" : "reads all ones");
+    return x;
+  }
+  x.action = "DEVICE";
+  // The range that grants it: the domain's own layer first, then the default.
+  const v1::PortRange* range = nullptr;
+  for (const v1::Layer& layer : snapshot.policy().domain()) {
+    if (layer.domain() == domain && (range = GrantingRange(layer, port, last)) != nullptr) {
+      x.layer = "domain";
+      break;
+    }
+  }
+  if (range == nullptr) {
+    range = GrantingRange(snapshot.policy().default_(), port, last);
+    x.layer = "default";
+  }
+  if (range != nullptr) {
+    x.source = absl::StrFormat("io_port %#x-%#x", range->first(), range->last());
+    x.comment = range->comment();
+  } else {
+    x.source = "io_port (adjacent ranges, merged)";
+  }
+  x.detail = absl::StrCat(what,
+                          ": granted; a device the host models there answers, otherwise the "
+                          "trap source's device model does (outcome DEVICE_IO)");
+  return x;
+}
+
 void ExplanationToProto(const Explanation& e, const Snapshot& snapshot,
                         v1::ExplainResponse* response) {
   response->set_domain(e.domain);
-  response->set_msr(e.msr);
+  if (e.port.has_value()) {
+    response->set_port(*e.port);
+  } else {
+    response->set_msr(e.msr);
+  }
   response->set_name(e.name);
   response->set_access(e.access());
   response->set_action(e.action);

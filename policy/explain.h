@@ -28,12 +28,23 @@ struct Explanation {
   std::string comment;  // the deciding rule's comment
   bool unknown = false;  // no rule names this MSR
   std::string detail;    // one sentence for people
+  // Set when an I/O port was explained (msr and name are then unused).
+  std::optional<uint16_t> port;
   const char* access() const { return write ? "write" : "read"; }
 };
 
 // Explains a read (no write_value) or a write of `*write_value`.
 Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
                        std::optional<uint64_t> write_value = std::nullopt);
+
+// Explains an IN (no write_value) or OUT of `width` bytes (1, 2 or 4) at
+// `port`, as the trap path decides it (DomainSnapshot::PortAllowed): action
+// "DEVICE" when the domain's io_port ranges grant every byte (the access goes
+// to a device the host models there, else to the trap source's device
+// model), "FLOAT" when not (IN reads all ones, OUT is dropped; value says
+// what IN reads). layer/source name the granting range.
+Explanation ExplainPort(const Snapshot& snapshot, uint32_t domain, uint16_t port, uint8_t width,
+                        std::optional<uint64_t> write_value = std::nullopt);
 
 // The Explain answer for an explanation of `snapshot`: the daemon's Explain
 // RPC and pvemuctl's offline explain both print these fields.

@@ -75,7 +75,7 @@ class DaemonImpl final : public Daemon {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
                                               std::chrono::seconds(3));
     if (capture_ != nullptr) {
-      dispatcher_->SetCapture(nullptr);
+      dispatcher_->RemoveObserver(capture_.get());
       absl::Status closed = capture_->Close();
       std::fprintf(stderr, "pvemud: capture: %llu traps%s%s\n",
                    static_cast<unsigned long long>(capture_->records()),
@@ -181,7 +181,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, &audit_, dispatch_options);
   if (!options.capture.empty()) {
     ASSIGN_OR_RETURN(capture_, dispatch::TrapCapture::Open(options.capture));
-    dispatcher_->SetCapture(capture_.get());
+    RETURN_IF_ERROR(dispatcher_->AddObserver(capture_.get()));
   }
   auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
 
@@ -238,7 +238,7 @@ absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
   for (uint32_t domain : options.monitor_domains) {
     ASSIGN_OR_RETURN(std::unique_ptr<VmEventChannel> channel,
                      OpenXenMonitorChannel(domain, options.monitor_msrs));
-    monitors_.push_back(std::make_unique<XenMonitor>(*dispatcher_, *store_, std::move(channel)));
+    monitors_.push_back(std::make_unique<XenMonitor>(*dispatcher_, std::move(channel)));
     monitors_.back()->Start();
   }
   return absl::OkStatus();

@@ -37,6 +37,9 @@ class FaultLoggingHost final : public emulator::Host {
   emulator::CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf) override {
     return inner_->Cpuid(leaf, subleaf);
   }
+  bool PortIo(uint16_t port, uint8_t width, bool write, uint32_t* value) override {
+    return inner_->PortIo(port, width, write, value);
+  }
 
   emulator::Host& inner() { return *inner_; }
   // How many distinct (access, MSR) faults were reported.

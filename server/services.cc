@@ -241,11 +241,28 @@ grpc::Status PolicyServiceImpl::Explain(grpc::ServerContext* context,
                                         const v1::ExplainRequest* request,
                                         v1::ExplainResponse* response) {
   REQUIRE_ROLE(Role::kReader, "reading");
+  std::optional<uint64_t> write;
+  if (request->has_write_value()) write = request->write_value();
+  if (request->has_port()) {
+    const uint32_t width = request->port_width() == 0 ? 1 : request->port_width();
+    if (!request->msr().empty()) {
+      return ToGrpc(absl::InvalidArgumentError("explain: give an msr or a port, not both"));
+    }
+    if (request->port() > 0xffff || (width != 1 && width != 2 && width != 4)) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "explain: port ", request->port(), " width ", width,
+          " is not an I/O access; ports are 0..0xffff, widths 1, 2 or 4")));
+    }
+    std::shared_ptr<const policy::Snapshot> snap = store_.Current();
+    policy::Explanation e =
+        policy::ExplainPort(*snap, request->domain(), static_cast<uint16_t>(request->port()),
+                            static_cast<uint8_t>(width), write);
+    policy::ExplanationToProto(e, *snap, response);
+    return grpc::Status::OK;
+  }
   absl::StatusOr<uint32_t> msr = x86::ParseMsr(request->msr());
   if (!msr.ok()) return ToGrpc(msr.status());
   std::shared_ptr<const policy::Snapshot> snap = store_.Current();
-  std::optional<uint64_t> write;
-  if (request->has_write_value()) write = request->write_value();
   policy::Explanation e = policy::ExplainMsr(*snap, request->domain(), *msr, write);
   policy::ExplanationToProto(e, *snap, response);
   return grpc::Status::OK;
@@ -326,6 +343,7 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
   response->set_completed(s.completed);
   response->set_exceptions(s.exceptions);
   response->set_unhandled(s.unhandled);
+  response->set_device_io(s.device_io);
   response->set_decode_errors(s.decode_errors);
   response->set_generation(dispatcher_.store().generation());
   response->set_edits(edits_.load(std::memory_order_relaxed));

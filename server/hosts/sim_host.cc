@@ -182,7 +182,32 @@ absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
   for (size_t i = host->cpuid_.size(); i-- > 0;) {
     host->cpuid_first_[host->cpuid_[i].leaf] = static_cast<uint32_t>(i);
   }
+  if (absl::Status ports = host->AddPorts(profile, where); !ports.ok()) return ports;
   return host;
+}
+
+absl::Status SimHost::AddPorts(const pvemu::v1::HostProfile& profile, absl::string_view where) {
+  for (int i = 0; i < profile.port_size(); ++i) {
+    const pvemu::v1::HostPort& p = profile.port(i);
+    if (p.port() > 0xffff) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: port[%d] is %#x; I/O ports are 0..0xffff", where, i, p.port()));
+    }
+    if (!ports_.emplace(static_cast<uint16_t>(p.port()), p.value()).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: port %#x is listed twice; keep one entry per port", where, p.port()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool SimHost::PortIo(uint16_t port, uint8_t width, bool write, uint32_t* value) {
+  auto it = ports_.find(port);
+  if (it == ports_.end()) return false;
+  if (!write) {
+    *value = width >= 4 ? it->second : it->second & ((1u << (8 * width)) - 1);
+  }
+  return true;  // a write is accepted and discarded
 }
 
 int SimHost::FindMsr(uint32_t index) const {

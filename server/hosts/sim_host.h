@@ -56,6 +56,9 @@ class SimHost final : public emulator::Host {
   bool ReadMsr(uint32_t cpu, uint32_t index, uint64_t* value) override;
   bool WriteMsr(uint32_t cpu, uint32_t index, uint64_t value) override;
   emulator::CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf) override;
+  // The profile's `port` devices: IN reads the listed value, OUT is
+  // discarded; other ports have no device here.
+  bool PortIo(uint16_t port, uint8_t width, bool write, uint32_t* value) override;
 
   uint32_t cpus() const { return cpus_; }
 
@@ -79,6 +82,9 @@ class SimHost final : public emulator::Host {
 
   SimHost() = default;
 
+  // Validates and indexes the profile's port devices.
+  absl::Status AddPorts(const pvemu::v1::HostProfile& profile, absl::string_view where);
+
   // Position of `index` in msrs_, or -1.
   int FindMsr(uint32_t index) const;
 
@@ -98,6 +104,8 @@ class SimHost final : public emulator::Host {
   // position of its first entry.
   std::vector<CpuidLeaf> cpuid_;
   absl::flat_hash_map<uint32_t, uint32_t> cpuid_first_;
+  // Port devices: port -> the value IN reads. Immutable after Create.
+  absl::flat_hash_map<uint16_t, uint32_t> ports_;
 };
 
 }  // namespace pvemu::server

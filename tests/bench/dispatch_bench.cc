@@ -19,6 +19,7 @@
 #include "base/textproto.h"
 #include "dispatch/audit.h"
 #include "dispatch/dispatch.h"
+#include "dispatch/dispatch_testing.h"
 #include "server/hosts/sim_host.h"
 #include "tests/bench/interleave.h"
 #include "tests/bench/policy_gen.h"
@@ -73,7 +74,8 @@ void RunMix(benchmark::State& state) {
   const uint64_t allocs = AllocationsPerPass(*session, traps);
   size_t i = 0;
   for (auto _ : state) {
-    emulator::Outcome out = kBare ? session->HandleBare(traps[i]) : session->Handle(traps[i]);
+    emulator::Outcome out = kBare ? dispatch::DispatchTesting::HandleWithoutObservers(*session, traps[i])
+                                 : session->Handle(traps[i]);
     benchmark::DoNotOptimize(out);
     i = (i + 1) & (traps.size() - 1);
   }
@@ -105,7 +107,8 @@ void BM_DispatchHooksOverhead(benchmark::State& state) {
   const std::array<double, 4> ns =
       InterleavedMedians<4>(state, traps.size(), [&](int which, size_t i) {
         emulator::Outcome out =
-            which % 2 == 0 ? session->Handle(traps[i]) : session->HandleBare(traps[i]);
+            which % 2 == 0 ? session->Handle(traps[i])
+                           : dispatch::DispatchTesting::HandleWithoutObservers(*session, traps[i]);
         benchmark::DoNotOptimize(out);
       });
   const double hooked = (ns[0] + ns[2]) / 2, bare = (ns[1] + ns[3]) / 2;

@@ -52,7 +52,8 @@ TEST(CliTest, UsageErrorsExitTwoAndSayWhat) {
       {"-o yaml decode 0f32", "use -o text or -o json"},
       {"decode", "decode needs HEX"},
       {"decode --mode=48 0f32", "--mode=48: use 64, 32, 16 or real"},
-      {"explain --msr=0x10", "explain needs --domain=N and --msr=MSR"},
+      {"explain --msr=0x10", "explain needs --domain=N and one of --msr=MSR or --port=P"},
+      {"explain --domain=1 --msr=0x10 --port=0x80", "one of --msr=MSR or --port=P"},
       {"emulate --domain=1", "emulate needs --domain=N and --bytes=HEX"},
       {"import some.log", "import needs --out=FILE"},
       {"replay", "replay needs TRAPLOG"},
@@ -79,6 +80,8 @@ TEST(CliTest, InvalidValuesExitOneAndNameTheFlag) {
       {"explain --domain=1 --msr=0x10 --host-vendor=via", "unknown vendor 'via'"},
       {"explain --domain=1 --msr=0x10 --write=0x1ffffffffffffffff", "--write"},
       {"emulate --domain=1 --bytes=0f3", "odd number of hex digits"},
+      {"explain --domain=1 --port=0x10000", "--port: 0x10000 is not an I/O port; ports are 0..0xffff"},
+      {"explain --domain=1 --port=0x80 --width=3", "--width: 3 is not an I/O access width; use 1, 2 or 4"},
       {"emulate --domain=1 --bytes=0f32 --rcx=zz", "--rcx: 'zz' is not a number"},
       {"emulate --domain=99999999999 --bytes=0f32", "does not fit in 32 bits"},
       {"emulate --domain=1 --bytes=0f32 --host=nosuch", "neither a file nor a shipped profile"},
@@ -147,6 +150,62 @@ TEST(CliTest, EmulateJsonGivesRegistersAfterTheTrap) {
   EXPECT_THAT(r.output, HasSubstr("\"rax\":\"0x6\""));
   EXPECT_THAT(r.output, HasSubstr("\"rip\":\"0x1002\""));
   EXPECT_THAT(r.output, HasSubstr("\"exception\":null"));
+}
+
+// Issue 17: with a policy that grants only port 0x80, `in al,0x70` and
+// `in al,0x80` used to answer alike (0xff, completed). They differ now, and
+// emulate and explain say which case applies.
+class CliPortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    policy_ = MakeTempDir() + "/ports.textproto";
+    std::ofstream(policy_) << "default {\n"
+                              "  unknown_msr: UNKNOWN_GP\n"
+                              "  io_port { first: 0x80 last: 0x80 comment: \"POST code\" }\n"
+                              "}\n";
+  }
+  std::string policy_;
+};
+
+TEST_F(CliPortTest, EmulateOfAPortOutsideTheRangesReadsAllOnesAndSaysSo) {
+  CliRun r = Pvemuctl("-o json emulate --policy=" + policy_ +
+                      " --domain=3 --bytes='e4 70' --rax=0x1200 --rip=0x1000");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\"outcome\":\"COMPLETED\""));
+  EXPECT_THAT(r.output, HasSubstr("\"rax\":\"0x12ff\""));
+  EXPECT_THAT(r.output, HasSubstr("\"rip\":\"0x1002\""));
+  EXPECT_THAT(r.output, HasSubstr("\"port_denied\":true"));
+  EXPECT_THAT(r.output, HasSubstr("not in the domain's io_port ranges"));
+}
+
+TEST_F(CliPortTest, EmulateOfAGrantedPortGoesToTheDeviceModelUnchanged) {
+  CliRun r = Pvemuctl("-o json emulate --policy=" + policy_ +
+                      " --domain=3 --bytes='e4 80' --rax=0x1200 --rip=0x1000");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\"outcome\":\"DEVICE_IO\""));
+  EXPECT_THAT(r.output, HasSubstr("\"rax\":\"0x1200\""));
+  EXPECT_THAT(r.output, HasSubstr("\"rip\":\"0x1000\""));
+  EXPECT_THAT(r.output, HasSubstr("\"port_denied\":false"));
+  EXPECT_THAT(r.output, HasSubstr("handed to the device model"));
+}
+
+TEST_F(CliPortTest, ExplainPortSaysWhichCaseApplies) {
+  CliRun granted = Pvemuctl("-o json explain --policy=" + policy_ + " --domain=3 --port=0x80");
+  EXPECT_EQ(granted.status, 0) << granted.output;
+  EXPECT_THAT(granted.output, HasSubstr("\"port\":\"0x80\""));
+  EXPECT_THAT(granted.output, HasSubstr("\"action\":\"DEVICE\""));
+  EXPECT_THAT(granted.output, HasSubstr("\"source\":\"io_port 0x80-0x80\""));
+
+  CliRun denied = Pvemuctl("-o json explain --policy=" + policy_ + " --domain=3 --port=0x70");
+  EXPECT_EQ(denied.status, 0) << denied.output;
+  EXPECT_THAT(denied.output, HasSubstr("\"action\":\"FLOAT\""));
+  EXPECT_THAT(denied.output, HasSubstr("\"value\":\"0xff\""));
+
+  // Two bytes from 0x80 reach 0x81, which is not granted.
+  CliRun wide =
+      Pvemuctl("-o json explain --policy=" + policy_ + " --domain=3 --port=0x80 --width=2 --write=1");
+  EXPECT_THAT(wide.output, HasSubstr("\"action\":\"FLOAT\""));
+  EXPECT_THAT(wide.output, HasSubstr("\"access\":\"write\""));
 }
 
 }  // namespace

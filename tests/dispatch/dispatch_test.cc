@@ -1,8 +1,9 @@
 // The trap path's session state, in process: a session sees an edit at its
 // next trap, its per-session domain cache never mixes up domains that share
-// a slot, and the path without the switchable features (HandleBare, for
+// a slot, and the path without the switchable features (DispatchTesting::HandleWithoutObservers, for
 // the benchmarks) answers exactly as the full one and counts the same.
 #include "dispatch/dispatch.h"
+#include "dispatch/dispatch_testing.h"
 
 #include <memory>
 #include <string>
@@ -99,7 +100,7 @@ TEST_F(DispatchTest, BarePathAnswersAndCountsLikeTheFullOne) {
   const std::vector<emulator::Trap> traps = bench::MakeTrapMix(1024);
   for (const emulator::Trap& t : traps) {
     const emulator::Outcome a = full->Handle(t);
-    const emulator::Outcome b = bare->HandleBare(t);
+    const emulator::Outcome b = DispatchTesting::HandleWithoutObservers(*bare, t);
     ASSERT_EQ(a.kind, b.kind);
     ASSERT_EQ(a.vector, b.vector);
     ASSERT_EQ(a.regs.rip, b.regs.rip);

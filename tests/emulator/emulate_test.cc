@@ -298,8 +298,30 @@ TEST_F(EmulateTest, WrmsrIgnoreCompletesWithoutEffect) {
   const Outcome out = Run(Wrmsr(kMsr, ~uint64_t{0}));
   EXPECT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.rip, 0x1002u);
+  EXPECT_TRUE(out.write_dropped);
   EXPECT_EQ(host_.writes, 0);
   EXPECT_TRUE(domain_.shadows.empty());
+}
+
+// Xen's vm_event commits a write unless the answer denies it: the emulator
+// says which completed writes took no effect, so nobody decides twice.
+TEST_F(EmulateTest, WriteDroppedIsSetExactlyForCompletedWritesWithoutEffect) {
+  MsrDecision& d = domain_.default_decision;
+  d.write = MsrWrite::kShadow;
+  EXPECT_FALSE(Run(Wrmsr(kMsr, 0x1)).write_dropped) << "a shadow write takes effect";
+  d.writable_mask = 0xff;
+  d.drop_reserved = true;
+  EXPECT_TRUE(Run(Wrmsr(kMsr, 0x100)).write_dropped) << "a dropped reserved-bit change";
+  EXPECT_FALSE(Run(Wrmsr(kMsr, 0x2)).write_dropped) << "a change inside the mask";
+  d.drop_reserved = false;
+  const Outcome gp = Run(Wrmsr(kMsr, 0x100));
+  EXPECT_EQ(gp.kind, OutcomeKind::kException);
+  EXPECT_FALSE(gp.write_dropped) << "an exception is not a completed write";
+  d.write = MsrWrite::kPassthrough;
+  d.host_write_allowed = true;
+  d.writable_mask = ~uint64_t{0};
+  EXPECT_FALSE(Run(Wrmsr(kMsr, 0x7)).write_dropped);
+  EXPECT_EQ(host_.msrs[kMsr], 0x7u);
 }
 
 TEST_F(EmulateTest, WrmsrIgnoreMaskComparesWithWhatRdmsrReturns) {
@@ -490,14 +512,15 @@ TEST_F(EmulateTest, RdpmcIsGpWhenVpmuOffAndUnhandledWhenOn) {
 
 // --- IN/OUT --------------------------------------------------------------
 
-TEST_F(EmulateTest, InReadsAllOnesInTheAccessWidth) {
-  for (bool allowed : {false, true}) {
-    domain_.ports_allowed = allowed;
-    SCOPED_TRACE(allowed ? "allowed port" : "denied port");
+TEST_F(EmulateTest, InOutsideTheIoPortRangesReadsAllOnesInTheAccessWidth) {
+  {
+    domain_.ports_allowed = false;
     Trap t = MakeTrap("e4 60");
     t.regs.gpr[kRax] = kJunkHigh | 0x1234'5600;
     Outcome out = Run(t);
     ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
+    EXPECT_TRUE(out.port_denied);
+    EXPECT_FALSE(out.write_dropped);
     EXPECT_EQ(out.regs.gpr[kRax], kJunkHigh | 0x1234'56ff);
     EXPECT_EQ(out.msr_or_port, 0x60u);
     EXPECT_EQ(domain_.last_width, 1);
@@ -529,18 +552,65 @@ TEST_F(EmulateTest, InReadsAllOnesInTheAccessWidth) {
   }
 }
 
-TEST_F(EmulateTest, OutIsDroppedAndCompletes) {
+TEST_F(EmulateTest, OutOutsideTheIoPortRangesIsDroppedAndCompletes) {
   for (const char* hex : {"e6 80", "e7 80", "66e7 80", "ee", "ef", "66ef"}) {
     SCOPED_TRACE(hex);
     Trap t = MakeTrap(hex);
     t.regs.gpr[kRdx] = 0x3f8;
     const Outcome out = Run(t);
     ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
+    EXPECT_TRUE(out.write_dropped);
+    EXPECT_TRUE(out.port_denied);
     EXPECT_EQ(out.regs.rip, 0x1000u + insn_.length);
     Regs expected = t.regs;
     expected.rip = out.regs.rip;
     EXPECT_EQ(std::memcmp(&expected, &out.regs, sizeof(Regs)), 0);
   }
+}
+
+// The defect of issue 17: a granted port used to read 0xff and complete like
+// a denied one. It is the trap source's device model's now.
+TEST_F(EmulateTest, GrantedPortWithoutAHostDeviceGoesToTheDeviceModelUnchanged) {
+  domain_.ports_allowed = true;
+  for (const char* hex : {"e4 80", "ec", "66 ed", "e6 80", "ef"}) {
+    SCOPED_TRACE(hex);
+    Trap t = MakeTrap(hex);
+    t.regs.gpr[kRax] = kJunkHigh | 0x1234'5678;
+    t.regs.gpr[kRdx] = 0x80;
+    const Outcome out = Run(t);
+    EXPECT_EQ(out.kind, OutcomeKind::kDeviceIo);
+    EXPECT_EQ(out.msr_or_port, 0x80u);
+    EXPECT_FALSE(out.port_denied);
+    EXPECT_FALSE(out.write_dropped);
+    EXPECT_EQ(std::memcmp(&t.regs, &out.regs, sizeof(Regs)), 0) << "registers and RIP unchanged";
+  }
+}
+
+TEST_F(EmulateTest, GrantedPortWithAHostDeviceReadsItsValueInTheAccessWidth) {
+  domain_.ports_allowed = true;
+  host_.ports[0x71] = 0xa1b2'c3d4;
+  Trap t = MakeTrap("e4 71");
+  t.regs.gpr[kRax] = kJunkHigh | 0x1234'5600;
+  Outcome out = Run(t);
+  ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
+  EXPECT_EQ(out.regs.gpr[kRax], kJunkHigh | 0x1234'56d4) << "AL only";
+  EXPECT_EQ(out.regs.rip, t.regs.rip + 2);
+  EXPECT_FALSE(out.port_denied);
+
+  t = MakeTrap("66 e5 71");
+  t.regs.gpr[kRax] = kJunkHigh | 0x1234'0000;
+  EXPECT_EQ(Run(t).regs.gpr[kRax], kJunkHigh | 0x1234'c3d4) << "AX only";
+
+  t = MakeTrap("e5 71");  // 32-bit IN zero-extends in 64-bit mode
+  t.regs.gpr[kRax] = kJunkHigh;
+  EXPECT_EQ(Run(t).regs.gpr[kRax], 0xa1b2'c3d4u);
+
+  t = MakeTrap("e6 71");  // OUT reaches the device
+  t.regs.gpr[kRax] = 0x5a;
+  out = Run(t);
+  ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
+  EXPECT_FALSE(out.write_dropped);
+  EXPECT_EQ(host_.ports[0x71], 0x5au);
 }
 
 TEST_F(EmulateTest, PortIoAndCliStiFollowIopl) {

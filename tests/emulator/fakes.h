@@ -39,8 +39,20 @@ class FakeHost : public Host {
     return true;
   }
   CpuidRegs Cpuid(uint32_t, uint32_t) override { return cpuid; }
+  // Ports in `ports` are devices: IN reads the value, OUT stores it.
+  bool PortIo(uint16_t port, uint8_t, bool write, uint32_t* value) override {
+    auto it = ports.find(port);
+    if (it == ports.end()) return false;
+    if (write) {
+      it->second = *value;
+    } else {
+      *value = it->second;
+    }
+    return true;
+  }
 
   std::map<uint32_t, uint64_t> msrs;
+  std::map<uint16_t, uint32_t> ports;
   bool write_ok = true;
   CpuidRegs cpuid;
   int reads = 0;
@@ -83,7 +95,7 @@ class FakeDomain : public Domain {
   std::set<std::pair<uint32_t, uint32_t>> touched;
   CpuidRegs cpuid;
   uint64_t tsc_offset = 0;
-  bool ports_allowed = true;
+  bool ports_allowed = false;  // a domain with no io_port ranges
   bool vpmu_on = false;
   mutable uint32_t last_leaf = ~0u, last_subleaf = ~0u;
   mutable uint16_t last_port = 0;

@@ -95,15 +95,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     host.msrs[static_cast<uint32_t>(trap.regs.gpr[kRcx])] = host_value;
   }
   if (host_flags & 2) host.msrs[kMsrTscAux] = host_value >> 3;
+  // The host models a device at the port in DX (and at the imm8 port 0x80).
+  if (host_flags & 4) {
+    host.ports[static_cast<uint16_t>(trap.regs.gpr[kRdx])] = static_cast<uint32_t>(host_value);
+    host.ports[0x80] = static_cast<uint32_t>(host_value >> 32);
+  }
   trap.insn_len = static_cast<uint8_t>(in.Rest(trap.insn, kMaxInsnLength));
 
   Instruction insn;
   DecodeError error = DecodeError::kOk;
   const Outcome out = DecodeAndEmulate(trap, domain, host, &insn, &error);
 
+  const bool port_io = error == DecodeError::kOk &&
+                       (insn.kind == InsnKind::kIn || insn.kind == InsnKind::kOut);
   switch (out.kind) {
     case OutcomeKind::kException:
     case OutcomeKind::kUnhandled:
+      Require(std::memcmp(&out.regs, &trap.regs, sizeof(Regs)) == 0);
+      break;
+    case OutcomeKind::kDeviceIo:
+      // Only a granted port without a host device; nothing changed.
+      Require(port_io && domain.ports_allowed && !out.port_denied && !out.write_dropped);
       Require(std::memcmp(&out.regs, &trap.regs, sizeof(Regs)) == 0);
       break;
     case OutcomeKind::kCompleted: {
@@ -130,5 +142,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             d.host_write_allowed);
   }
   if (error != DecodeError::kOk) Require(out.kind != OutcomeKind::kCompleted);
+  // The flags trap sources act on belong to completed writes and ports.
+  if (out.write_dropped) {
+    Require(out.kind == OutcomeKind::kCompleted &&
+            (insn.kind == InsnKind::kWrmsr || insn.kind == InsnKind::kOut));
+  }
+  if (out.port_denied) Require(port_io && !domain.ports_allowed);
   return 0;
 }

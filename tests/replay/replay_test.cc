@@ -77,8 +77,12 @@ struct World {
     EXPECT_FALSE(text.empty()) << "no shipped profile " << setup.host;
     EXPECT_TRUE(ParseTextProto(text, setup.host, &profile).ok());
     host = std::move(server::SimHost::Create(profile, setup.host)).value();
-    auto loaded = policy::ParsePolicy(policy::ShippedPolicy(setup.policy),
-                                      absl::StrCat(setup.policy, ".textproto"));
+    // A shipped policy's name, or a file under tests/replay/.
+    auto loaded = absl::EndsWith(setup.policy, ".textproto")
+                      ? policy::LoadPolicyFile(absl::StrCat(std::getenv("PVEMU_SOURCE_ROOT"),
+                                                            "/tests/replay/", setup.policy))
+                      : policy::ParsePolicy(policy::ShippedPolicy(setup.policy),
+                                            absl::StrCat(setup.policy, ".textproto"));
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, host->vendor()))
                 .value();

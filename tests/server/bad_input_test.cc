@@ -544,6 +544,29 @@ std::vector<Case> Cases() {
                [] { return Explain(std::string(100 * 1024, 'Q')); }, StatusCode::INVALID_ARGUMENT,
                {"unknown MSR 'QQQQQQQQ", "longer than any catalog name"}});
 
+  c.push_back({"Explain_PortBeyond16Bits", Rpc::kExplain,
+               [] {
+                 v1::ExplainRequest r;
+                 r.set_port(0x10000);
+                 return r;
+               },
+               StatusCode::INVALID_ARGUMENT, {"port 65536 width 1", "ports are 0..0xffff"}});
+  c.push_back({"Explain_PortWidth3", Rpc::kExplain,
+               [] {
+                 v1::ExplainRequest r;
+                 r.set_port(0x80);
+                 r.set_port_width(3);
+                 return r;
+               },
+               StatusCode::INVALID_ARGUMENT, {"width 3", "widths 1, 2 or 4"}});
+  c.push_back({"Explain_PortAndMsr", Rpc::kExplain,
+               [] {
+                 v1::ExplainRequest r = Explain("0x10");
+                 r.set_port(0x80);
+                 return r;
+               },
+               StatusCode::INVALID_ARGUMENT, {"an msr or a port, not both"}});
+
   // ---- Emulate
   // No instruction bytes: the trap source fetched too little. The decoder
   // answers that as a truncated fetch, UNHANDLED with nothing changed (the

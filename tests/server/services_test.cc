@@ -388,6 +388,32 @@ TEST_F(ServicesTest, ExplainAnswersFromTheLivePolicy) {
   EXPECT_THAT(response.source(), ::testing::ContainsRegex("^default(\\.textproto)?:[0-9]+$"));
 }
 
+TEST_F(ServicesTest, ExplainOfAPortFollowsTheLiveIoPortRanges) {
+  StartDaemon();
+  auto explain = [&](uint32_t port) {
+    v1::ExplainRequest request;
+    request.set_domain(4);
+    request.set_port(port);
+    grpc::ClientContext context;
+    v1::ExplainResponse response;
+    EXPECT_TRUE(policy_->Explain(&context, request, &response).ok());
+    return response;
+  };
+  EXPECT_EQ(explain(0x80).action(), "FLOAT") << "the shipped default grants no ports";
+  v1::ApplyPolicyRequest apply;
+  apply.mutable_layer()->set_domain(4);
+  apply.set_textproto("domain { domain: 4 io_port { first: 0x80 last: 0x8f } }\n");
+  grpc::ClientContext context;
+  v1::EditResponse edited;
+  ASSERT_TRUE(policy_->ApplyPolicy(&context, apply, &edited).ok());
+  const v1::ExplainResponse granted = explain(0x80);
+  EXPECT_EQ(granted.action(), "DEVICE");
+  EXPECT_EQ(granted.port(), 0x80u);
+  EXPECT_EQ(granted.layer(), "domain");
+  EXPECT_EQ(granted.source(), "io_port 0x80-0x8f");
+  EXPECT_EQ(explain(0x90).action(), "FLOAT");
+}
+
 // Raw calls, as a standard gRPC tool (grpcurl, grpc_health_probe) makes them.
 TEST_F(ServicesTest, HealthAndReflectionAnswerStandardClients) {
   StartDaemon();

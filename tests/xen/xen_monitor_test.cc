@@ -101,7 +101,7 @@ class XenMonitorTest : public ::testing::Test {
   }
 
   std::unique_ptr<XenMonitor> Monitor() {
-    return std::make_unique<XenMonitor>(*dispatcher_, *store_,
+    return std::make_unique<XenMonitor>(*dispatcher_,
                                         std::make_unique<FakeChannel>(&ring_));
   }
   void Push(const VmEvent& e) {

@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "policy/compile.h"
 
 namespace pvemu::server {
 
@@ -22,20 +21,8 @@ emulator::Trap TrapFromMsrWrite(const VmEvent& event) {
   return trap;
 }
 
-bool WriteIgnored(const policy::Snapshot& snapshot, const VmEvent& event) {
-  const policy::MsrEntry& e = snapshot.ForDomain(event.domain).Lookup(event.msr);
-  if (e.write == pvemu::v1::WriteAction::IGNORE) return true;
-  if (e.write == pvemu::v1::WriteAction::GP) return false;  // an exception
-  return e.drop_reserved &&
-         ((event.new_value ^ event.old_value) & ~e.writable_mask) != 0;
-}
-
-XenMonitor::XenMonitor(dispatch::Dispatcher& dispatcher, const policy::Store& store,
-                       std::unique_ptr<VmEventChannel> channel)
-    : dispatcher_(dispatcher),
-      session_(dispatcher.NewSession()),
-      reader_(store),
-      channel_(std::move(channel)) {}
+XenMonitor::XenMonitor(dispatch::Dispatcher& dispatcher, std::unique_ptr<VmEventChannel> channel)
+    : dispatcher_(dispatcher), session_(dispatcher.NewSession()), channel_(std::move(channel)) {}
 
 XenMonitor::~XenMonitor() { Stop(); }
 
@@ -57,9 +44,12 @@ VmEventResponse XenMonitor::Decide(const VmEvent& event) {
       r.deny = true;
       break;
     case emulator::OutcomeKind::kCompleted:
-      r.deny = WriteIgnored(reader_.Get(), event);
+      // The emulator says whether the write took effect (IGNORE, a dropped
+      // reserved-bit change): one trap, one outcome, one policy generation.
+      r.deny = out.write_dropped;
       break;
     case emulator::OutcomeKind::kUnhandled:
+    case emulator::OutcomeKind::kDeviceIo:
       // WRMSR is always decided; should the emulator ever not, the write
       // does not happen.
       r.deny = true;

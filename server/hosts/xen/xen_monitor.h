@@ -29,8 +29,6 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "emulator/trap.h"
-#include "policy/compile.h"
-#include "policy/store.h"
 #include "dispatch/dispatch.h"
 #include "server/hosts/xen/xen_vm_event.h"
 
@@ -58,9 +56,8 @@ struct XenMonitorStats {
 // any thread.
 class XenMonitor {
  public:
-  // `dispatcher` and `store` must outlive the monitor.
-  XenMonitor(dispatch::Dispatcher& dispatcher, const policy::Store& store,
-             std::unique_ptr<VmEventChannel> channel);
+  // `dispatcher` must outlive the monitor.
+  XenMonitor(dispatch::Dispatcher& dispatcher, std::unique_ptr<VmEventChannel> channel);
   ~XenMonitor();  // Stop()
   XenMonitor(const XenMonitor&) = delete;
   XenMonitor& operator=(const XenMonitor&) = delete;
@@ -83,7 +80,6 @@ class XenMonitor {
 
   dispatch::Dispatcher& dispatcher_;
   std::unique_ptr<dispatch::Dispatcher::Session> session_;
-  policy::SnapshotReader reader_;
   std::unique_ptr<VmEventChannel> channel_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
