@@ -3,10 +3,13 @@
 defining a table of base::EmbeddedFile (base/embedded_files.h). Run by meson
 at build time; the output lives in the build directory only.
 
-usage: embed_files.py OUT.cc NAMESPACE SYMBOL NAME:PATH...
+usage: embed_files.py OUT.cc NAMESPACE SYMBOL PATH...
   defines `const base::EmbeddedFile NAMESPACE::SYMBOL[]` and
-  `const size_t NAMESPACE::SYMBOL_count`, in the order given.
+  `const size_t NAMESPACE::SYMBOL_count`, in the order given; each file's
+  name is its base name without the extension ("default.textproto" is
+  "default").
 """
+import os
 import sys
 
 
@@ -16,8 +19,8 @@ def main():
              '#include <cstddef>', '', '#include "base/embedded_files.h"', '',
              f'namespace {namespace} {{', 'namespace {', '']
     table = []
-    for n, item in enumerate(items):
-        name, path = item.split(':', 1)
+    for n, path in enumerate(items):
+        name = os.path.splitext(os.path.basename(path))[0]
         with open(path, 'rb') as f:
             data = f.read()
         body = ','.join(str(b) for b in data)
