@@ -1,5 +1,7 @@
 #include "client/cli.h"
 
+#include <cmath>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -8,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/flags.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
@@ -19,9 +22,50 @@ namespace pvemu::client {
 
 bool JsonOutput() { return absl::GetFlag(FLAGS_o) == "json"; }
 
-JsonLine& JsonLine::Str(absl::string_view key, absl::string_view value) {
-  (*value_.mutable_fields())[std::string(key)].set_string_value(std::string(value));
+std::string JsonQuote(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out.push_back(c);  // UTF-8 passes through as it is
+        }
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+JsonLine& JsonLine::Set(absl::string_view key, std::string json) {
+  for (auto& [k, v] : fields_) {
+    if (k == key) {
+      v = std::move(json);
+      return *this;
+    }
+  }
+  fields_.emplace_back(std::string(key), std::move(json));
   return *this;
+}
+
+JsonLine& JsonLine::Str(absl::string_view key, absl::string_view value) {
+  return Set(key, JsonQuote(value));
 }
 
 JsonLine& JsonLine::Hex(absl::string_view key, uint64_t value) {
@@ -29,32 +73,37 @@ JsonLine& JsonLine::Hex(absl::string_view key, uint64_t value) {
 }
 
 JsonLine& JsonLine::Num(absl::string_view key, double value) {
-  (*value_.mutable_fields())[std::string(key)].set_number_value(value);
-  return *this;
+  // Whole numbers print as integers (counts, domains, generations), as a
+  // JSON reader expects them; others with the precision a double has.
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9.007199254740992e15) {
+    return Set(key, absl::StrFormat("%.0f", value));
+  }
+  return Set(key, std::isfinite(value) ? absl::StrFormat("%.17g", value) : std::string("null"));
 }
 
 JsonLine& JsonLine::Bool(absl::string_view key, bool value) {
-  (*value_.mutable_fields())[std::string(key)].set_bool_value(value);
-  return *this;
+  return Set(key, value ? "true" : "false");
 }
 
-JsonLine& JsonLine::Null(absl::string_view key) {
-  (*value_.mutable_fields())[std::string(key)].set_null_value(
-      google::protobuf::NULL_VALUE);
-  return *this;
-}
+JsonLine& JsonLine::Null(absl::string_view key) { return Set(key, "null"); }
 
 JsonLine& JsonLine::Obj(absl::string_view key, const JsonLine& value) {
-  *(*value_.mutable_fields())[std::string(key)].mutable_struct_value() =
-      value.value_;
-  return *this;
+  return Set(key, value.Render());
 }
 
-void JsonLine::Print() const {
+std::string JsonLine::RenderMembers() const {
   std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(value_, &out, options);
+  for (const auto& [key, json] : fields_) {
+    if (!out.empty()) out.push_back(',');
+    absl::StrAppend(&out, JsonQuote(key), ":", json);
+  }
+  return out;
+}
+
+std::string JsonLine::Render() const { return absl::StrCat("{", RenderMembers(), "}"); }
+
+void JsonLine::Print() const {
+  std::string out = Render();
   out.push_back('\n');
   std::fwrite(out.data(), 1, out.size(), stdout);
 }

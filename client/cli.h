@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "google/protobuf/struct.pb.h"
 
 namespace grpc {
 class Channel;
@@ -31,7 +31,10 @@ using Args = std::vector<std::string>;
 
 bool JsonOutput();  // -o json
 
-// A JSON object built field by field, printed as one JSON Lines line.
+// A JSON object built field by field, printed as one JSON Lines line with
+// its keys in the order they were added, so every command's output has one
+// stable key order (docs/CLI.md lists each shape in that order). Adding a key
+// again replaces its value in place.
 class JsonLine {
  public:
   JsonLine& Str(absl::string_view key, absl::string_view value);
@@ -42,11 +45,19 @@ class JsonLine {
   JsonLine& Obj(absl::string_view key, const JsonLine& value);
   // Prints the object on one line of stdout.
   void Print() const;
-  const google::protobuf::Struct& value() const { return value_; }
+  // The object as JSON text ("{...}").
+  std::string Render() const;
+  // The members without braces ("\"a\":1,\"b\":2"), for splicing.
+  std::string RenderMembers() const;
+  bool empty() const { return fields_.empty(); }
 
  private:
-  google::protobuf::Struct value_;
+  JsonLine& Set(absl::string_view key, std::string json);
+  std::vector<std::pair<std::string, std::string>> fields_;  // key, JSON text
 };
+
+// `text` as a JSON string literal, quotes included.
+std::string JsonQuote(absl::string_view text);
 
 std::string HexString(uint64_t value);  // "0x1b0"
 

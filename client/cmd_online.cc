@@ -73,18 +73,17 @@ void PrintGeneration(const v1::EditResponse& response) {
 }
 
 void PrintMessageJson(const google::protobuf::Message& msg, JsonLine* extra) {
+  // The message's fields in field-number order, then the extra keys.
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(msg, &json, options);
-  google::protobuf::Struct parsed;
-  (void)google::protobuf::util::JsonStringToMessage(json, &parsed);
-  for (const auto& [key, value] : extra->value().fields()) {
-    (*parsed.mutable_fields())[key] = value;
+  if (!extra->empty() && !json.empty() && json.back() == '}') {
+    json.pop_back();
+    if (json != "{") json.push_back(',');
+    json += extra->RenderMembers() + "}";
   }
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(parsed, &out, options);
-  std::printf("%s\n", out.c_str());
+  std::printf("%s\n", json.c_str());
 }
 
 // Reads -f FILE as text for apply/diff.

@@ -142,6 +142,22 @@ TEST(CliTest, ExplainJsonFollowsTheContract) {
   }
 }
 
+// Issue 20: every -o json output prints its keys in one documented order.
+TEST(CliTest, JsonKeysComeInTheDocumentedOrderEveryTime) {
+  const std::string args =
+      "-o json explain --host-vendor=amd --domain=0 --msr=IA32_ENERGY_PERF_BIAS";
+  CliRun first = Pvemuctl(args);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_THAT(first.output,
+              ::testing::StartsWith("{\"domain\":0,\"msr\":\"0x1b0\",\"name\":\"IA32_ENERGY_PERF_BIAS\","
+                                    "\"access\":\"read\",\"action\":\"ZERO\",\"value\":\"0x0\","
+                                    "\"rule\":{\"layer\":\"default\",\"source\":"));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Pvemuctl(args).output, first.output);
+  CliRun emulate = Pvemuctl("-o json emulate --domain=0 --bytes='0f 32' --rcx=0x1b0");
+  EXPECT_THAT(emulate.output, ::testing::StartsWith("{\"outcome\":\"COMPLETED\",\"mnemonic\":\"rdmsr\","
+                                                    "\"exception\":null,\"regs\":{\"rax\":"));
+}
+
 TEST(CliTest, EmulateJsonGivesRegistersAfterTheTrap) {
   CliRun r = Pvemuctl("-o json emulate --domain=0 --bytes='0f 32' --rcx=IA32_ENERGY_PERF_BIAS --rip=0x1000");
   EXPECT_EQ(r.status, 0) << r.output;
