@@ -13,9 +13,10 @@ ABSL_FLAG(std::string, tls_cert, "", "TLS: client certificate (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "TLS: client private key (PEM)");
 ABSL_FLAG(std::string, mode, "64", "CPU mode: 64 | 32 | 16 | real");
 ABSL_FLAG(std::string, policy, "", "policy textproto (default: the shipped default policy)");
-ABSL_FLAG(std::string, host, "",
-          "host profile: a shipped name (intel-xeon-e-2136, amd-epyc-7443p) or a "
-          "profile textproto file");
+ABSL_FLAG(std::string, host_profile, "",
+          "host profile: a shipped name (intel-xeon-e-2136, the default; "
+          "amd-epyc-7443p) or a profile textproto file's path");
+ABSL_FLAG(std::string, host, "", "deprecated: the old spelling of --host-profile");
 ABSL_FLAG(std::string, host_vendor, "",
           "host vendor: intel | amd | hygon | centaur | zhaoxin");
 ABSL_FLAG(std::string, domain, "", "domain id, or 'default' for the default layer");

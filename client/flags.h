@@ -14,6 +14,7 @@ ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_DECLARE_FLAG(std::string, policy);
+ABSL_DECLARE_FLAG(std::string, host_profile);
 ABSL_DECLARE_FLAG(std::string, host);
 ABSL_DECLARE_FLAG(std::string, host_vendor);
 ABSL_DECLARE_FLAG(std::string, domain);

@@ -8,30 +8,13 @@
 #include "client/flags.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "server/hosts/open_host.h"
 #include "base/status_macros.h"
-#include "base/textproto.h"
-#include "server/hosts/sim_host.h"
 
 namespace pvemu::client {
 
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
-  std::string name = absl::GetFlag(FLAGS_host);
-  if (name.empty()) name = "intel-xeon-e-2136";
-  v1::HostProfile profile;
-  std::string source = name;
-  absl::string_view shipped = server::ShippedProfile(name);
-  if (!shipped.empty()) {
-    source = absl::StrCat(name, ".textproto");
-    RETURN_IF_ERROR(ParseTextProto(shipped, source, &profile));
-  } else if (std::filesystem::exists(name)) {
-    RETURN_IF_ERROR(ParseTextProtoFile(name, &profile));
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--host=", name, ": neither a file nor a shipped profile (",
-        absl::StrJoin(server::ShippedProfileNames(), ", "), ")"));
-  }
-  ASSIGN_OR_RETURN(auto host, server::SimHost::Create(profile, source));
+  ASSIGN_OR_RETURN(auto host, server::OpenSimHost(absl::GetFlag(FLAGS_host_profile)));
   return std::unique_ptr<emulator::Host>(std::move(host));
 }
 

@@ -1,5 +1,5 @@
 // The in-process world of the offline commands (explain, emulate, replay):
-// a sim host from --host, a policy store from --policy, and the same
+// a sim host from --host-profile, a policy store from --policy, and the same
 // dispatcher pvemud uses.
 #ifndef PVEMU_CLIENT_OFFLINE_H_
 #define PVEMU_CLIENT_OFFLINE_H_
@@ -19,7 +19,8 @@ struct Offline {
   std::unique_ptr<dispatch::Dispatcher> dispatcher;
 };
 
-// --host: a shipped profile name (default intel-xeon-e-2136) or a file.
+// --host-profile: a shipped profile name (default intel-xeon-e-2136) or a
+// file's path, as pvemud takes it (server::OpenSimHost).
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags();
 
 // --policy: a file, or a shipped policy name (default, xen-pre-4.15,

@@ -25,12 +25,12 @@ Usage: pvemuctl COMMAND [flags] [args]     (-o json on every command that prints
 Offline commands (no daemon needed):
   decode [--mode=64|32|16|real] HEX... | -     decode instruction bytes (stdin: one per line)
   validate FILE...                             check policy files
-  explain [--policy=FILE | --server=ADDR] [--host=PROFILE | --host-vendor=V]
+  explain [--policy=FILE | --server=ADDR] [--host-profile=PROFILE | --host-vendor=V]
           --domain=N --msr=MSR [--write=VALUE] what the policy does with an access
-  emulate [--policy=FILE] [--host=PROFILE] --domain=N [--vcpu=N] [--mode=64] [--cpl=0]
+  emulate [--policy=FILE] [--host-profile=PROFILE] --domain=N [--vcpu=N] [--mode=64] [--cpl=0]
           --bytes=HEX [--rax=V --rcx=V --rdx=V ... --rip=V]   one trap, end to end
   import [--from=auto|kvm-dmesg|xen-console|ftrace] --out=FILE LOG...
-  replay [--policy=FILE] [--host=PROFILE] [--server=ADDR] [--progress] TRAPLOG...
+  replay [--policy=FILE] [--host-profile=PROFILE] [--server=ADDR] [--progress] TRAPLOG...
   suggest LOG...                               draft a domain policy from a capture
 
 Online commands (talk to pvemud, --server=ADDR, default $PVEMU_SERVER or
@@ -119,6 +119,16 @@ int Main(int argc, char** argv) {
   std::string output = absl::GetFlag(FLAGS_o);
   if (output != "text" && output != "json") {
     return UsageError(absl::StrCat("-o ", output, ": use -o text or -o json"));
+  }
+  // --host is the old spelling of --host-profile (CLI.md): still taken.
+  if (std::string host = absl::GetFlag(FLAGS_host); !host.empty()) {
+    std::fprintf(stderr, "pvemuctl: --host is deprecated; use --host-profile=%s\n", host.c_str());
+    std::string profile = absl::GetFlag(FLAGS_host_profile);
+    if (!profile.empty() && profile != host) {
+      return UsageError(absl::StrCat("--host=", host, " and --host-profile=", profile,
+                                     " name different profiles; give only --host-profile"));
+    }
+    absl::SetFlag(&FLAGS_host_profile, host);
   }
   if (positional.empty()) {
     std::fputs(kUsage, stderr);

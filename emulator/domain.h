@@ -1,5 +1,5 @@
 // The policy as the emulator sees it for one domain: decisions, not rules.
-// The emulator never sees rules or files; server/dispatch implements this view
+// The emulator never sees rules or files; dispatch/ implements this view
 // on a compiled policy snapshot, emulator tests implement it with a fake.
 #ifndef PVEMU_EMULATOR_DOMAIN_H_
 #define PVEMU_EMULATOR_DOMAIN_H_

@@ -2,7 +2,7 @@
 // Outcome out (DESIGN.md, "Instruction semantics"). Nothing here allocates,
 // takes a lock or keeps state; thread-safety is that of the Domain and Host.
 // emulator/emulate_inl.h holds the same semantics as templates, for trap
-// paths that know their concrete Domain type (server/dispatch).
+// paths that know their concrete Domain type (dispatch/).
 //
 // Contracts every path keeps:
 // - EXCEPTION and UNHANDLED outcomes carry the trap's registers unchanged.

@@ -1,6 +1,6 @@
 // The instruction semantics of emulator/emulate.h as templates over the
 // Domain and Host types, for trap paths that know their concrete types:
-// server/dispatch instantiates them with its final DomainView, so the
+// dispatch/ instantiates them with its final DomainView, so the
 // per-trap policy calls are direct and can be inlined instead of virtual.
 // The public functions in emulate.h are these templates instantiated with
 // the abstract Domain and Host. Everything documented in emulate.h holds.

@@ -1,4 +1,4 @@
-// Conversions between the trap-path structs (emulator/cpu.h) and the
+// Conversions between the trap-path structs (emulator/trap.h) and the
 // pvemu.v1 messages that travel over gRPC and live in trap logs.
 #ifndef PVEMU_EMULATOR_TRAP_CONVERT_H_
 #define PVEMU_EMULATOR_TRAP_CONVERT_H_

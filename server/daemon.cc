@@ -160,7 +160,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));
 
   HostOptions host_options;
-  host_options.profile_path = options.host_profile;
+  host_options.profile = options.host_profile;
   ASSIGN_OR_RETURN(std::unique_ptr<emulator::Host> host, OpenHost(options.host, host_options));
   raw_host_ = host.get();
   host_ = std::make_unique<FaultLoggingHost>(std::move(host));

@@ -14,7 +14,7 @@ namespace pvemu::server {
 
 struct DaemonOptions {
   std::string host = "sim";          // sim | xen | linux
-  std::string host_profile;          // sim: a profile file; "" = shipped Intel
+  std::string host_profile;          // sim: a shipped profile name or a file (OpenSimHost)
   std::string listen = "unix:///run/pvemu/pvemu.sock";
   std::string state_dir = "/var/lib/pvemu";
   std::string policy;                // initial policy file; "" = shipped default

@@ -16,7 +16,8 @@
 
 ABSL_FLAG(std::string, host, "sim", "host backend: sim | xen | linux");
 ABSL_FLAG(std::string, host_profile, "",
-          "sim host profile textproto (default: the shipped Intel Xeon E-2136)");
+          "sim host profile: a shipped name (intel-xeon-e-2136, the default; "
+          "amd-epyc-7443p) or a profile textproto file's path");
 ABSL_FLAG(std::string, listen, "unix:///run/pvemu/pvemu.sock",
           "where to serve: unix:///path (mode 0660) or host:port (TLS with client "
           "certificates required)");
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   NormaliseFlagNames(argc, argv);
   absl::SetProgramUsageMessage(
       "pvemu privileged-operation emulator daemon.\n"
-      "Usage: pvemud [--host=sim|xen|linux] [--host-profile=FILE] [--listen=ADDR] "
+      "Usage: pvemud [--host=sim|xen|linux] [--host-profile=NAME|FILE] [--listen=ADDR] "
       "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST]");
   absl::ParseCommandLine(argc, argv);
 

@@ -3,8 +3,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "policy/shipped.h"
+#include "absl/strings/str_join.h"
 #include "server/hosts/profiles.h"
 #include "base/status_macros.h"
 #include "base/textproto.h"
@@ -17,32 +18,36 @@ namespace pvemu::server {
 namespace {
 
 // The shipped profile sim uses when no --host-profile is given
-// (policy/profiles/, embedded by the policy library).
+// (server/hosts/profiles/, embedded by this library).
 constexpr absl::string_view kDefaultProfileName = "intel-xeon-e-2136";
 
-absl::StatusOr<std::unique_ptr<emulator::Host>> OpenSim(
-    const HostOptions& options) {
-  pvemu::v1::HostProfile profile;
-  std::string source;
-  if (options.profile_path.empty()) {
-    source = absl::StrCat("shipped:", kDefaultProfileName);
-    absl::string_view text = DefaultSimProfileText();
-    if (text.empty()) {
-      return absl::InternalError(absl::StrCat(
-          "the shipped host profile '", kDefaultProfileName,
-          "' is missing from this build; pass --host-profile=FILE"));
-    }
-    RETURN_IF_ERROR(ParseTextProto(text, source, &profile));
-  } else {
-    source = options.profile_path;
-    RETURN_IF_ERROR(ParseTextProtoFile(options.profile_path, &profile));
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<SimHost> host,
-                   SimHost::Create(profile, source));
-  return std::unique_ptr<emulator::Host>(std::move(host));
+}  // namespace
+
+bool IsHostProfileName(absl::string_view profile) {
+  return !absl::StrContains(profile, '/') && !absl::EndsWith(profile, ".textproto");
 }
 
-}  // namespace
+absl::StatusOr<std::unique_ptr<SimHost>> OpenSimHost(absl::string_view profile) {
+  if (profile.empty()) profile = kDefaultProfileName;
+  pvemu::v1::HostProfile parsed;
+  std::string source;
+  if (IsHostProfileName(profile)) {
+    absl::string_view text = ShippedProfile(profile);
+    if (text.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown host profile '", profile, "'; the shipped profiles are ",
+          absl::StrJoin(ShippedProfileNames(), ", "),
+          "; a profile file works too: give its path (one with a '/' or ending in "
+          ".textproto, e.g. ./", profile, ")"));
+    }
+    source = absl::StrCat("shipped:", profile);
+    RETURN_IF_ERROR(ParseTextProto(text, source, &parsed));
+  } else {
+    source = std::string(profile);
+    RETURN_IF_ERROR(ParseTextProtoFile(source, &parsed));
+  }
+  return SimHost::Create(parsed, source);
+}
 
 absl::string_view DefaultSimProfileText() {
   return server::ShippedProfile(kDefaultProfileName);
@@ -54,12 +59,15 @@ absl::StatusOr<std::unique_ptr<emulator::Host>> OpenHost(
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown host kind '", kind, "'; use one of sim, linux, xen"));
   }
-  if (kind != "sim" && !options.profile_path.empty()) {
+  if (kind != "sim" && !options.profile.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a host profile (", options.profile_path,
+        "a host profile (", options.profile,
         ") applies only to --host=sim, not --host=", kind));
   }
-  if (kind == "sim") return OpenSim(options);
+  if (kind == "sim") {
+    ASSIGN_OR_RETURN(std::unique_ptr<SimHost> host, OpenSimHost(options.profile));
+    return std::unique_ptr<emulator::Host>(std::move(host));
+  }
   if (kind == "linux") {
     LinuxHostOptions linux_options;
     linux_options.dev_cpu_dir = options.linux_dev_cpu_dir;

@@ -1,4 +1,4 @@
-// The whole trap path, trap → outcome, as pvemud runs it (server/dispatch.h),
+// The whole trap path, trap → outcome, as pvemud runs it (dispatch/dispatch.h),
 // on the shared trap mix (trap_mix.h), with the shipped default policy on
 // the Intel sim host. Targets (issue 7), all as ratios within one run:
 //   BM_DispatchMix >= 2x BM_DecodeMix_Zydis items/s;

@@ -1,8 +1,5 @@
 // pvemuctl as scripts use it: exit statuses (0 ok, 1 invalid input, 2 usage,
 // 3 unreachable), error messages that say what and where, JSON Lines output.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -16,11 +13,9 @@ namespace pvemu::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
-struct CliRun {
-  int status;
-  std::string output;  // stdout and stderr
-};
+using CliRun = CommandRun;
 
 // Runs pvemuctl with `args` (shell words) and optional stdin text.
 CliRun Pvemuctl(const std::string& args, const std::string& input = "") {
@@ -30,14 +25,7 @@ CliRun Pvemuctl(const std::string& args, const std::string& input = "") {
     std::ofstream(file) << input;
     cmd += " < " + file;
   }
-  cmd += " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return RunCommand(cmd);
 }
 
 TEST(CliTest, UsageErrorsExitTwoAndSayWhat) {
@@ -84,7 +72,10 @@ TEST(CliTest, InvalidValuesExitOneAndNameTheFlag) {
       {"explain --domain=1 --port=0x80 --width=3", "--width: 3 is not an I/O access width; use 1, 2 or 4"},
       {"emulate --domain=1 --bytes=0f32 --rcx=zz", "--rcx: 'zz' is not a number"},
       {"emulate --domain=99999999999 --bytes=0f32", "does not fit in 32 bits"},
-      {"emulate --domain=1 --bytes=0f32 --host=nosuch", "neither a file nor a shipped profile"},
+      {"emulate --domain=1 --bytes=0f32 --host-profile=nosuch",
+       "unknown host profile 'nosuch'; the shipped profiles are "},
+      {"emulate --domain=1 --bytes=0f32 --host-profile=/nonexistent/host.textproto",
+       "/nonexistent/host.textproto"},
       {"emulate --domain=1 --bytes=0f32 --policy=nosuch", "neither a file nor a shipped policy"},
       {"replay /nonexistent/log.traps", "/nonexistent/log.traps"},
       {"import --out=x.csv /dev/null", "x.csv"},
@@ -222,6 +213,35 @@ TEST_F(CliPortTest, ExplainPortSaysWhichCaseApplies) {
       Pvemuctl("-o json explain --policy=" + policy_ + " --domain=3 --port=0x80 --width=2 --write=1");
   EXPECT_THAT(wide.output, HasSubstr("\"action\":\"FLOAT\""));
   EXPECT_THAT(wide.output, HasSubstr("\"access\":\"write\""));
+}
+
+// --host-profile takes a shipped profile's name or a file's path, as pvemud
+// does; --host, its old spelling, still works and says it is deprecated.
+TEST(CliTest, HostProfileIsAShippedNameOrAFile) {
+  const std::string emulate =
+      "-o json emulate --domain=0 --bytes=0f32 --rcx=IA32_ENERGY_PERF_BIAS ";
+  // The vendor rule: an Intel-only MSR reads as zero on an AMD host.
+  CliRun amd = Pvemuctl(emulate + "--host-profile=amd-epyc-7443p");
+  EXPECT_EQ(amd.status, 0) << amd.output;
+  EXPECT_THAT(amd.output, HasSubstr("\"rax\":\"0x0\""));
+  EXPECT_THAT(amd.output, Not(HasSubstr("deprecated")));
+
+  const std::string file = MakeTempDir() + "/intel.textproto";
+  std::ofstream(file) << "name: \"Test Intel\" vendor: INTEL cpus: 1\n"
+                      << "msr { msr: \"IA32_ENERGY_PERF_BIAS\" value: 9 }\n";
+  CliRun from_file = Pvemuctl(emulate + "--host-profile=" + file);
+  EXPECT_EQ(from_file.status, 0) << from_file.output;
+  EXPECT_THAT(from_file.output, HasSubstr("\"rax\":\"0x9\""));
+
+  CliRun old = Pvemuctl(emulate + "--host=amd-epyc-7443p");
+  EXPECT_EQ(old.status, 0) << old.output;
+  EXPECT_THAT(old.output, HasSubstr("\"rax\":\"0x0\""));
+  EXPECT_THAT(old.output,
+              HasSubstr("pvemuctl: --host is deprecated; use --host-profile=amd-epyc-7443p\n"));
+
+  CliRun both = Pvemuctl(emulate + "--host=amd-epyc-7443p --host-profile=intel-xeon-e-2136");
+  EXPECT_EQ(both.status, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("name different profiles"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The replay corpus: every tests/replay/*.textproto is a trap log whose first
-// line says how to replay it ("# replay: --policy=NAME --host=NAME
+// line says how to replay it ("# replay: --policy=NAME --host-profile=NAME
 // [--allow-host-writes]") and whose records all carry hand-written
 // expectations. Each file runs through the same dispatcher pvemud uses.
 //
@@ -26,7 +26,7 @@
 #include "gtest/gtest.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "server/hosts/open_host.h"
 #include "policy/store.h"
 #include "base/textproto.h"
 #include "dispatch/dispatch.h"
@@ -39,7 +39,7 @@ namespace fs = std::filesystem;
 
 struct ReplaySetup {
   std::string policy = "default";
-  std::string host = "intel-xeon-e-2136";
+  std::string host_profile = "intel-xeon-e-2136";
   bool allow_host_writes = false;
 };
 
@@ -53,8 +53,8 @@ ReplaySetup ParseHeader(const std::string& path) {
   for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
     if (absl::ConsumePrefix(&word, "--policy=")) {
       setup.policy = std::string(word);
-    } else if (absl::ConsumePrefix(&word, "--host=")) {
-      setup.host = std::string(word);
+    } else if (absl::ConsumePrefix(&word, "--host-profile=")) {
+      setup.host_profile = std::string(word);
     } else if (word == "--allow-host-writes") {
       setup.allow_host_writes = true;
     } else {
@@ -72,11 +72,9 @@ struct World {
   std::unique_ptr<dispatch::Dispatcher::Session> session;
 
   explicit World(const ReplaySetup& setup) {
-    v1::HostProfile profile;
-    absl::string_view text = server::ShippedProfile(setup.host);
-    EXPECT_FALSE(text.empty()) << "no shipped profile " << setup.host;
-    EXPECT_TRUE(ParseTextProto(text, setup.host, &profile).ok());
-    host = std::move(server::SimHost::Create(profile, setup.host)).value();
+    auto opened = server::OpenSimHost(setup.host_profile);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    host = *std::move(opened);
     // A shipped policy's name, or a file under tests/replay/.
     auto loaded = absl::EndsWith(setup.policy, ".textproto")
                       ? policy::LoadPolicyFile(absl::StrCat(std::getenv("PVEMU_SOURCE_ROOT"),

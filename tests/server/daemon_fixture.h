@@ -4,7 +4,9 @@
 #define PVEMU_TESTS_SERVER_DAEMON_FIXTURE_H_
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -22,6 +24,22 @@ inline std::string MakeTempDir() {
   char* dir = mkdtemp(tmpl.data());
   EXPECT_NE(dir, nullptr);
   return tmpl;
+}
+
+struct CommandRun {
+  int status;          // the exit status; -1 if killed by a signal
+  std::string output;  // stdout and stderr
+};
+
+// Runs a shell command line (sh -c) and collects what it prints.
+inline CommandRun RunCommand(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 class DaemonTest : public ::testing::Test {
@@ -47,6 +65,15 @@ class DaemonTest : public ::testing::Test {
     policy_ = v1::PolicyService::NewStub(channel_);
     emulator_ = v1::EmulatorService::NewStub(channel_);
     audit_ = v1::AuditService::NewStub(channel_);
+  }
+  // Starts a daemon with options_ that is expected to fail: its error (OK
+  // if it started, which it then stops).
+  absl::Status StartError() {
+    std::vector<std::string> warnings;
+    auto daemon = server::Daemon::Start(options_, &warnings);
+    if (!daemon.ok()) return daemon.status();
+    (*daemon)->Shutdown();
+    return absl::OkStatus();
   }
   void StopDaemon() {
     policy_.reset();

@@ -338,11 +338,9 @@ TEST_F(ServicesTest, SocketIsGroupOnlyAndStateDirPrivate) {
 
 TEST_F(ServicesTest, TcpWithoutTlsIsRefusedAtStart) {
   options_.listen = "127.0.0.1:0";
-  std::vector<std::string> warnings;
-  auto daemon = server::Daemon::Start(options_, &warnings);
-  ASSERT_FALSE(daemon.ok());
-  EXPECT_EQ(daemon.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(daemon.status().message()), HasSubstr("TLS"));
+  absl::Status error = StartError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(error.message()), HasSubstr("TLS"));
 }
 
 TEST_F(ServicesTest, SecondDaemonOnALiveSocketIsRefused) {
@@ -508,6 +506,56 @@ std::pair<int, std::string> RunAs(uid_t uid, const std::vector<std::string>& arg
   std::filesystem::remove_all(std::filesystem::path(err_path).parent_path());
   std::filesystem::remove_all(bin_dir);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+// --host-profile takes a shipped profile's name or a file's path.
+TEST_F(ServicesTest, HostProfileIsAShippedNameOrAFile) {
+  options_.host_profile = "amd-epyc-7443p";
+  StartDaemon();
+  EXPECT_THAT(daemon_->ReadyMessage(), HasSubstr("host sim: AMD EPYC 7443P"));
+  StopDaemon();
+  options_.host_profile = dir_ + "/tiny.textproto";
+  std::ofstream(options_.host_profile) << "name: \"Tiny AMD\" vendor: AMD cpus: 1\n";
+  StartDaemon();
+  EXPECT_THAT(daemon_->ReadyMessage(), HasSubstr("host sim: Tiny AMD"));
+}
+
+TEST_F(ServicesTest, UnknownHostProfileNameIsRefusedAtStart) {
+  options_.host_profile = "amd-epyc";
+  absl::Status error = StartError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(error.message()),
+              HasSubstr("unknown host profile 'amd-epyc'; the shipped profiles are "));
+  EXPECT_THAT(std::string(error.message()), HasSubstr("amd-epyc-7443p"));
+}
+
+// The pvemud binary: --host-profile=NAME and =FILE come up on that host (the
+// ready line names it); an unknown name exits 1 before serving.
+TEST_F(ServicesTest, PvemudBinaryTakesHostProfileNameOrFile) {
+  const std::string pvemud = std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/server/pvemud";
+  const std::string file = dir_ + "/tiny.textproto";
+  std::ofstream(file) << "name: \"Tiny AMD\" vendor: AMD cpus: 1\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"amd-epyc-7443p", "host sim: AMD EPYC 7443P"},
+      {file, "host sim: Tiny AMD"},
+  };
+  int round = 0;
+  for (const auto& [profile, host] : cases) {
+    const std::string run = absl::StrCat(dir_, "/run", ++round);
+    const std::string log = run + ".log";
+    auto [rc, out] = RunCommand(absl::StrCat(
+        pvemud, " --host-profile=", profile, " --listen=unix://", run, ".sock --state-dir=", run,
+        " 2>", log, " & pid=$!; for i in $(seq 200); do grep -q 'ready on' ", log,
+        " && break; sleep 0.05; done; kill $pid; wait $pid; cat ", log));
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_THAT(out, HasSubstr("pvemud: ready on")) << profile;
+    EXPECT_THAT(out, HasSubstr(host)) << profile;
+  }
+  auto [rc, out] = RunCommand(absl::StrCat(pvemud, " --host-profile=nosuch --listen=unix://", dir_,
+                                      "/x.sock --state-dir=", dir_, "/x"));
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("pvemud: unknown host profile 'nosuch'"));
+  EXPECT_THAT(out, HasSubstr("a profile file works too"));
 }
 
 TEST_F(ServicesTest, ReaderMayReadButNotEditAndStrangersMayDoNeither) {

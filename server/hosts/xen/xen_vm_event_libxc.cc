@@ -27,7 +27,7 @@ namespace {
 int LastErrno() { return errno != 0 ? errno : EIO; }
 
 // As XenErrnoText (xen_control.h), which this file does not use so that it
-// depends on nothing but emulator/cpu.h: "Device or resource busy (EBUSY)".
+// depends on nothing but emulator/trap.h: "Device or resource busy (EBUSY)".
 std::string ErrnoText(int err) {
   const char* name = strerrorname_np(err);
   return absl::StrCat(std::strerror(err), " (",

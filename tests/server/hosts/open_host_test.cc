@@ -42,7 +42,7 @@ TEST(OpenHostTest, UnknownKindListsTheChoices) {
 
 TEST(OpenHostTest, ProfileOnlyForSim) {
   HostOptions options;
-  options.profile_path = "/etc/pvemu/host.textproto";
+  options.profile = "/etc/pvemu/host.textproto";
   EXPECT_THAT(OpenHost("xen", options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "a host profile (/etc/pvemu/host.textproto) applies "
@@ -74,7 +74,7 @@ TEST(OpenHostTest, SimFromProfileFile) {
   std::ofstream(path) << "name: \"Tiny AMD\" vendor: AMD cpus: 1\n"
                       << "msr { msr: \"0xc0010015\" value: 1 }\n";
   HostOptions options;
-  options.profile_path = path;
+  options.profile = path;
   absl::StatusOr<std::unique_ptr<emulator::Host>> host = OpenHost("sim", options);
   ASSERT_THAT(host, IsOk());
   EXPECT_EQ((*host)->description(), "sim: Tiny AMD");
@@ -88,7 +88,7 @@ TEST(OpenHostTest, SimProfileErrorsNameTheFile) {
   std::string path = TempPath("pvemu-open-host-bad.textproto");
   std::ofstream(path) << "name: \"Bad\" cpus: 1\n";
   HostOptions options;
-  options.profile_path = path;
+  options.profile = path;
   EXPECT_THAT(OpenHost("sim", options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        StartsWith(path + ": host profile 'Bad': sets no vendor")));
@@ -97,10 +97,48 @@ TEST(OpenHostTest, SimProfileErrorsNameTheFile) {
 
 TEST(OpenHostTest, SimProfileMissingFile) {
   HostOptions options;
-  options.profile_path = "/nonexistent/pvemu/host.textproto";
+  options.profile = "/nonexistent/pvemu/host.textproto";
   EXPECT_THAT(OpenHost("sim", options),
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("/nonexistent/pvemu/host.textproto")));
+}
+
+TEST(OpenHostTest, SimFromShippedProfileName) {
+  HostOptions options;
+  options.profile = "amd-epyc-7443p";
+  absl::StatusOr<std::unique_ptr<emulator::Host>> host = OpenHost("sim", options);
+  ASSERT_THAT(host, IsOk());
+  EXPECT_EQ((*host)->vendor(), pvemu::v1::AMD);
+  EXPECT_THAT((*host)->description(), HasSubstr("EPYC 7443P"));
+}
+
+TEST(OpenHostTest, UnknownProfileNameListsTheShippedOnesAndSaysAPathWorks) {
+  HostOptions options;
+  options.profile = "amd-epyc-9999";
+  absl::StatusOr<std::unique_ptr<emulator::Host>> host = OpenHost("sim", options);
+  EXPECT_THAT(host, StatusIs(absl::StatusCode::kInvalidArgument,
+                             StartsWith("unknown host profile 'amd-epyc-9999'; the shipped "
+                                        "profiles are ")));
+  for (absl::string_view name : ShippedProfileNames()) {
+    EXPECT_THAT(host.status().message(), HasSubstr(name));
+  }
+  EXPECT_THAT(host.status().message(), HasSubstr("give its path"));
+  EXPECT_THAT(host.status().message(), HasSubstr("./amd-epyc-9999"));
+}
+
+// A word is a shipped profile's name; a '/' or the .textproto ending makes a
+// path, even where a shipped profile has that word in it.
+TEST(OpenSimHostTest, NameOrPath) {
+  EXPECT_TRUE(IsHostProfileName("amd-epyc-7443p"));
+  EXPECT_TRUE(IsHostProfileName("nosuch"));
+  EXPECT_FALSE(IsHostProfileName("./amd-epyc-7443p"));
+  EXPECT_FALSE(IsHostProfileName("amd-epyc-7443p.textproto"));
+  EXPECT_FALSE(IsHostProfileName("/etc/pvemu/host.textproto"));
+  EXPECT_THAT(OpenSimHost("amd-epyc-7443p.textproto"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("amd-epyc-7443p.textproto")));
+  absl::StatusOr<std::unique_ptr<SimHost>> fallback = OpenSimHost("");
+  ASSERT_THAT(fallback, IsOk());
+  EXPECT_EQ((*fallback)->description(), "sim: Intel Xeon E-2136");
 }
 
 TEST(OpenHostTest, LinuxWithoutMsrDriver) {
