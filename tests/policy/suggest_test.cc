@@ -18,38 +18,34 @@ using v1::WriteAction;
 
 constexpr uint32_t kEnergyPerfBias = 0x1b0;  // IA32_ENERGY_PERF_BIAS
 
-MsrAccess Read(uint32_t domain, uint32_t msr, MsrAccess::Outcome outcome,
-               std::optional<uint64_t> value = std::nullopt,
-               const std::string& source = "kern.log:1") {
+MsrAccess Access(uint32_t domain, uint32_t msr, bool write, MsrAccess::Outcome outcome,
+                 const std::string& source) {
   MsrAccess access;
   access.domain = domain;
   access.msr = msr;
+  access.write = write;
   access.outcome = outcome;
-  access.value = value;
   access.source = source;
+  return access;
+}
+
+MsrAccess Read(uint32_t domain, uint32_t msr, MsrAccess::Outcome outcome,
+               std::optional<uint64_t> value = std::nullopt,
+               const std::string& source = "kern.log:1") {
+  MsrAccess access = Access(domain, msr, /*write=*/false, outcome, source);
+  access.value = value;
   return access;
 }
 
 MsrAccess Fault(uint32_t domain, uint32_t msr, bool write, v1::Vector vector = v1::GP,
                 const std::string& source = "kern.log:1") {
-  MsrAccess access;
-  access.domain = domain;
-  access.msr = msr;
-  access.write = write;
-  access.outcome = MsrAccess::Outcome::kException;
+  MsrAccess access = Access(domain, msr, write, MsrAccess::Outcome::kException, source);
   access.vector = vector;
-  access.source = source;
   return access;
 }
 
 MsrAccess Write(uint32_t domain, uint32_t msr, const std::string& source = "kern.log:1") {
-  MsrAccess access;
-  access.domain = domain;
-  access.msr = msr;
-  access.write = true;
-  access.outcome = MsrAccess::Outcome::kCompleted;
-  access.source = source;
-  return access;
+  return Access(domain, msr, /*write=*/true, MsrAccess::Outcome::kCompleted, source);
 }
 
 // The one rule of a draft with one domain and one MSR.
