@@ -5,7 +5,7 @@
 
 #include <cstdio>
 #include <deque>
-#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -17,6 +17,7 @@
 #include "client/commands.h"
 #include "client/flags.h"
 #include "client/offline.h"
+#include "policy/suggest.h"
 #include "traplog/import.h"
 #include "emulator/trap_convert.h"
 #include "traplog/traplog.h"
@@ -24,6 +25,7 @@
 #include "grpcpp/create_channel.h"
 #include "x86/msr_catalog.h"
 #include "base/status_macros.h"
+#include "base/textproto.h"
 #include "pvemu/v1/service.grpc.pb.h"
 
 namespace pvemu::client {
@@ -224,103 +226,74 @@ absl::Status ReplayThroughServer(const Args& logs, ReplaySummary* summary) {
   return absl::OkStatus();
 }
 
-// What suggest learns per (MSR, access) from the logs.
-struct Seen {
-  uint64_t count = 0;
-  std::string first_source;
-  std::map<std::string, uint64_t> outcomes;  // "GP", "0x0", "completed"
-  uint64_t last_value = 0;
-  bool has_value = false;
-};
-
-std::string Describe(const v1::TrapRecord& rec) {
-  if (!rec.has_expect()) return "unknown";
-  const v1::Expectation& e = rec.expect();
-  if (e.kind() == v1::Outcome::EXCEPTION) {
-    return absl::StrCat("#", e.has_vector() ? v1::Vector_Name(e.vector()) : "exception");
+// The MSR access a record shows, for the drafter; false for CPUID and the
+// other instructions, which no MSR rule decides.
+bool ToMsrAccess(v1::TrapRecord&& rec, policy::MsrAccess* access) {
+  const std::string& insn = rec.trap().insn();
+  if (insn.size() < 2 || insn[0] != 0x0f || (insn[1] != 0x32 && insn[1] != 0x30)) return false;
+  access->domain = rec.trap().domain();
+  access->msr = static_cast<uint32_t>(rec.trap().regs().rcx());
+  access->write = insn[1] == 0x30;
+  access->outcome = policy::MsrAccess::Outcome::kUnknown;
+  access->vector.reset();
+  access->value.reset();
+  if (rec.has_expect()) {
+    const v1::Expectation& expect = rec.expect();
+    if (expect.kind() == v1::Outcome::EXCEPTION) {
+      access->outcome = policy::MsrAccess::Outcome::kException;
+      if (expect.has_vector()) access->vector = expect.vector();
+    } else {
+      access->outcome = policy::MsrAccess::Outcome::kCompleted;
+    }
+    if (expect.has_value()) access->value = expect.value();
   }
-  if (e.has_value()) return absl::StrCat("read ", HexString(e.value()));
-  return "completed";
+  access->source = std::move(*rec.mutable_source());
+  return true;
+}
+
+void PrintSuggestionJson(const policy::DraftedRule& drafted) {
+  const v1::MsrRule& rule = drafted.rule;
+  JsonLine line;
+  line.Num("domain", drafted.domain).Hex("msr", drafted.msr).Str("name", x86::MsrName(drafted.msr));
+  if (drafted.reads.has_value()) {
+    line.Str("read", v1::ReadAction::Action_Name(rule.read()))
+        .Num("reads", static_cast<double>(drafted.reads->count))
+        .Str("first_read", drafted.reads->first_source);
+  }
+  if (drafted.writes.has_value()) {
+    line.Str("write", v1::WriteAction::Action_Name(rule.write()))
+        .Num("writes", static_cast<double>(drafted.writes->count))
+        .Str("first_write", drafted.writes->first_source);
+  }
+  if (rule.read() == v1::ReadAction::CONST) line.Str("value", HexString(rule.value()));
+  line.Print();
 }
 
 absl::Status Suggest(const Args& logs) {
-  std::map<std::pair<uint32_t, bool>, Seen> seen;  // (msr, write)
+  std::optional<uint32_t> domain;
+  if (std::string flag = absl::GetFlag(FLAGS_domain); !flag.empty()) {
+    ASSIGN_OR_RETURN(domain, ParseNumber32(flag, "--domain"));
+  }
+  policy::PolicyDrafter drafter;
+  policy::MsrAccess access;
   ASSIGN_OR_RETURN(traplog::ImportStats stats,
                    ImportAll(logs, [&](v1::TrapRecord&& rec) -> absl::Status {
-                     const std::string& insn = rec.trap().insn();
-                     if (insn.size() < 2 || insn[0] != 0x0f || (insn[1] != 0x32 && insn[1] != 0x30)) {
-                       return absl::OkStatus();  // CPUID and others: no MSR rule
-                     }
-                     const bool write = insn[1] == 0x30;
-                     Seen& s = seen[{static_cast<uint32_t>(rec.trap().regs().rcx()), write}];
-                     if (s.count++ == 0) s.first_source = rec.source();
-                     ++s.outcomes[Describe(rec)];
-                     if (!write && rec.has_expect() && rec.expect().has_value()) {
-                       s.last_value = rec.expect().value();
-                       s.has_value = true;
-                     }
+                     if (!ToMsrAccess(std::move(rec), &access)) return absl::OkStatus();
+                     if (domain.has_value()) access.domain = *domain;
+                     drafter.Add(access);
                      return absl::OkStatus();
                    }));
-  std::string domain = absl::GetFlag(FLAGS_domain);
-  if (!JsonOutput()) {
-    std::printf("# Drafted by pvemuctl suggest from %lld trap lines of %zu log(s).\n"
-                "# Each rule reproduces what the host did; review before applying.\n"
-                "domain {\n  domain: %s\n",
-                static_cast<long long>(stats.traps), logs.size(),
-                domain.empty() ? "1  # set the domain id" : domain.c_str());
+  if (JsonOutput()) {
+    for (const policy::DraftedRule& drafted : drafter.Rules()) PrintSuggestionJson(drafted);
+    return absl::OkStatus();
   }
-  // One rule per MSR, combining its read and write observations.
-  std::map<uint32_t, std::pair<const Seen*, const Seen*>> by_msr;
-  for (const auto& [key, s] : seen) {
-    auto& slot = by_msr[key.first];
-    (key.second ? slot.second : slot.first) = &s;
-  }
-  for (const auto& [msr, halves] : by_msr) {
-    const auto& [read, write] = halves;
-    std::string read_action, write_action, value;
-    if (read != nullptr) {
-      if (read->outcomes.count("#GP")) {
-        read_action = "GP";
-      } else if (read->has_value && read->last_value != 0) {
-        read_action = "CONST";
-        value = HexString(read->last_value);
-      } else {
-        read_action = "ZERO";
-      }
-    }
-    if (write != nullptr) write_action = write->outcomes.count("#GP") ? "GP" : "IGNORE";
-    absl::string_view name = x86::MsrName(msr);
-    std::string target = name.empty() ? HexString(msr) : std::string(name);
-    if (JsonOutput()) {
-      JsonLine line;
-      line.Hex("msr", msr).Str("name", name);
-      if (read != nullptr) {
-        line.Str("read", read_action).Num("reads", static_cast<double>(read->count))
-            .Str("first_read", read->first_source);
-      }
-      if (write != nullptr) {
-        line.Str("write", write_action).Num("writes", static_cast<double>(write->count))
-            .Str("first_write", write->first_source);
-      }
-      if (!value.empty()) line.Str("value", value);
-      line.Print();
-      continue;
-    }
-    std::printf("  msr {\n");
-    for (const Seen* s : {read, write}) {
-      if (s == nullptr) continue;
-      std::string seen_as;
-      for (const auto& [what, n] : s->outcomes) absl::StrAppend(&seen_as, seen_as.empty() ? "" : ", ", what, " x", n);
-      std::printf("    # %s %llu time(s), first at %s; host: %s\n", s == read ? "read" : "written",
-                  static_cast<unsigned long long>(s->count), s->first_source.c_str(), seen_as.c_str());
-    }
-    std::printf("    msr: \"%s\"\n", target.c_str());
-    if (!read_action.empty()) std::printf("    read: %s\n", read_action.c_str());
-    if (!value.empty()) std::printf("    value: %s\n", value.c_str());
-    if (!write_action.empty()) std::printf("    write: %s\n", write_action.c_str());
-    std::printf("  }\n");
-  }
-  if (!JsonOutput()) std::printf("}\n");
+  std::printf("# Drafted by pvemuctl suggest from %lld trap lines of %zu log(s).\n"
+              "# Each rule reproduces what the host did; review before applying.\n%s",
+              static_cast<long long>(stats.traps), logs.size(),
+              domain.has_value() ? ""
+                                 : "# Domains are as the logs name them (KVM: the VMM's pid); "
+                                   "--domain=N drafts them all for domain N.\n");
+  std::fputs(ToTextProto(drafter.Draft()).c_str(), stdout);
   return absl::OkStatus();
 }
 

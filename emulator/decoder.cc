@@ -10,12 +10,15 @@
 namespace pvemu::emulator {
 namespace {
 
-// Decoding runs in the phases Zydis uses: legacy prefixes and REX, opcode,
-// ModRM/SIB/displacement, then the error checks that need the whole
-// instruction (LOCK, mode, register, mandatory prefix). Fetch errors follow
-// Zydis and the CPU: a byte at offset 15 or beyond makes the instruction too
-// long (#GP) even if the caller gave fewer bytes; a byte before offset 15 that
-// the caller did not give is a truncated fetch.
+// Decoding runs in the phases Zydis uses, one function each: legacy
+// prefixes and REX (CollectPrefixes), the sizes they select (ResolveSizes),
+// the opcode (DecodeOpcode, DecodeTwoByteOpcode), ModRM/SIB/displacement
+// (DecodeMovSpecialRegister, DecodeGroup7, MemoryOperand), then the error
+// checks that need the whole instruction (CheckErrorConditions: mode, LOCK,
+// register, mandatory prefix). Fetch errors follow Zydis and the CPU: a
+// byte at offset 15 or beyond makes the instruction too long (#GP) even if
+// the caller gave fewer bytes; a byte before offset 15 that the caller did
+// not give is a truncated fetch.
 
 // What each byte is as a prefix: its InsnPrefix bit (0: not a legacy
 // prefix), whether it is REX (40-4F: a prefix in 64-bit mode only, INC/DEC
@@ -180,217 +183,269 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode) {
 
 namespace {
 
-DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
-                          Instruction* out, uint8_t* error_offset) {
-  // Errors report where decoding stopped.
-  const auto Fail = [error_offset](DecodeError error, size_t offset) {
-    *error_offset = static_cast<uint8_t>(offset);
-    return error;
-  };
-  const auto FailFetch = [&Fail](DecodeError error, size_t len) {
-    return Fail(error, error == DecodeError::kTooLong
-                           ? static_cast<size_t>(kMaxInsnLength)
-                           : len);
-  };
-  // Phase 1: legacy prefixes and REX, in any order and repeated.
-  size_t i = 0;
-  uint8_t prefixes = 0;
-  uint8_t rex = 0;
-  uint8_t last_rep = 0;  // the last of F2/F3: it decides F3 0F 09
-  Segment segment = Segment::kNone;
-  const bool mode64 = mode == Mode::k64;
+// Checks that CheckErrorConditions makes for some instructions only.
+constexpr uint8_t kCheckMode = 1;       // valid only in 64-bit mode (SWAPGS)
+constexpr uint8_t kCheckRegister = 2;   // MOV CR/DR of a register that does not exist
+constexpr uint8_t kCheckNoPrefix = 4;   // the SDM marks it NP: 66/F2/F3 make it #UD
+
+// What the phases of the general path share: the input, the position, and
+// what the checks phase needs beyond the Instruction's own fields. Small, so
+// that it lives in registers once the phases are inlined.
+struct DecodeState {
+  const uint8_t* bytes;
+  size_t len;
+  Mode mode;
+  uint8_t* error_offset;  // where a failure reports the offset it stopped at
+  size_t next = 0;        // the offset of the next byte to read
+  uint8_t last_rep = 0;   // the last of F2/F3: it decides F3 0F 09
+  // IN/OUT/INS/OUTS with a 16/32-bit operand: 66 toggles between 16 and 32
+  // bits, and REX.W, which selects 64 bits elsewhere, caps them at 32.
+  uint8_t io_operand_size = 32;
+  uint8_t checks = 0;  // kCheck* bits for CheckErrorConditions
+};
+
+DecodeError Fail(DecodeState* state, DecodeError error, size_t offset) {
+  *state->error_offset = static_cast<uint8_t>(offset);
+  return error;
+}
+
+// A fetch failure stops at offset 15 (too long) or at the end of the input.
+DecodeError FailFetch(DecodeState* state, DecodeError error) {
+  return Fail(state, error,
+              error == DecodeError::kTooLong ? static_cast<size_t>(kMaxInsnLength)
+                                             : state->len);
+}
+
+// Reads the next byte (an opcode byte, ModRM or imm8).
+DecodeError FetchByte(DecodeState* state, uint8_t* byte) {
+  const DecodeError error = Need(state->next + 1, state->len);
+  if (error != DecodeError::kOk) return FailFetch(state, error);
+  *byte = state->bytes[state->next++];
+  return DecodeError::kOk;
+}
+
+// Phase 1: legacy prefixes and REX, in any order and repeated, up to the
+// opcode.
+DecodeError CollectPrefixes(DecodeState* state, Instruction* insn) {
+  const bool mode64 = state->mode == Mode::k64;
   // Bytes we may read: the caller's, and never more than 15. Running out
   // before offset 15 is truncation; reaching offset 15 is #GP.
-  const size_t limit =
-      len < static_cast<size_t>(kMaxInsnLength) ? len : kMaxInsnLength;
+  const size_t limit = state->len < static_cast<size_t>(kMaxInsnLength)
+                           ? state->len
+                           : static_cast<size_t>(kMaxInsnLength);
+  size_t at = 0;
+  uint8_t prefixes = 0;
+  uint8_t rex = 0;
+  Segment segment = Segment::kNone;
   for (;;) {
-    if (i >= limit) {
-      return i >= static_cast<size_t>(kMaxInsnLength)
-                 ? Fail(DecodeError::kTooLong, i)
-                 : Fail(DecodeError::kTruncated, i);
+    if (at >= limit) {
+      return Fail(state,
+                  at >= static_cast<size_t>(kMaxInsnLength) ? DecodeError::kTooLong
+                                                            : DecodeError::kTruncated,
+                  at);
     }
-    const uint8_t b = bytes[i];
-    const PrefixInfo& p = kPrefixTable[b];
-    if (p.rex) {
+    const uint8_t byte = state->bytes[at];
+    const PrefixInfo& prefix = kPrefixTable[byte];
+    if (prefix.rex) {
       if (!mode64) break;  // INC/DEC: the opcode
-      rex = b;             // a later REX replaces an earlier one
-      ++i;
+      rex = byte;          // a later REX replaces an earlier one
+      ++at;
       continue;
     }
-    if (p.bit == 0) break;
+    if (prefix.bit == 0) break;
     // REX counts only immediately before the opcode: a legacy prefix after
     // it cancels it (SDM Vol. 2 2.2.1).
     rex = 0;
-    prefixes |= p.bit;
-    if (p.bit & (kPrefixRep | kPrefixRepne)) last_rep = b;
-    if (p.segment != Segment::kNone) segment = p.segment;
-    ++i;
+    prefixes |= prefix.bit;
+    if (prefix.bit & (kPrefixRep | kPrefixRepne)) state->last_rep = byte;
+    if (prefix.segment != Segment::kNone) segment = prefix.segment;
+    ++at;
   }
+  state->next = at;
+  insn->opcode_offset = static_cast<uint8_t>(at);
+  insn->prefixes = prefixes;
+  insn->rex = rex;
+  insn->segment = segment;
+  return DecodeError::kOk;
+}
 
-  const size_t opcode_at = i;
-  const bool mode16 = mode == Mode::kReal || mode == Mode::k16;
-  const bool has66 = (prefixes & kPrefixOperandSize) != 0;
-  const bool has67 = (prefixes & kPrefixAddressSize) != 0;
-  // 66 toggles between 16 and 32 bits. REX.W takes precedence over 66 and
-  // selects 64 bits, which IN/OUT/INS/OUTS cap at 32: with REX.W they are
-  // 32-bit whatever 66 says.
-  const uint8_t osz_16_32 =
-      (rex & kRexW) ? 32 : ((mode16 != has66) ? 16 : 32);
-  uint8_t address_size;
+// Phase 2: the operand and address sizes that REX.W, 66 and 67 select.
+void ResolveSizes(DecodeState* state, Instruction* insn) {
+  const bool mode64 = state->mode == Mode::k64;
+  const bool mode16 = state->mode == Mode::kReal || state->mode == Mode::k16;
+  const bool has66 = (insn->prefixes & kPrefixOperandSize) != 0;
+  const bool has67 = (insn->prefixes & kPrefixAddressSize) != 0;
+  const bool rex_w = (insn->rex & kRexW) != 0;
+  state->io_operand_size = rex_w ? 32 : ((mode16 != has66) ? 16 : 32);
+  insn->operand_size = rex_w ? 64 : state->io_operand_size;
   if (mode64) {
-    address_size = has67 ? 32 : 64;
+    insn->address_size = has67 ? 32 : 64;
   } else if (mode16) {
-    address_size = has67 ? 32 : 16;
+    insn->address_size = has67 ? 32 : 16;
   } else {
-    address_size = has67 ? 16 : 32;
+    insn->address_size = has67 ? 16 : 32;
   }
+}
 
-  Instruction insn;
-  insn.opcode_offset = static_cast<uint8_t>(opcode_at);
-  insn.address_size = address_size;
-  insn.prefixes = prefixes;
-  insn.rex = rex;
-  insn.segment = segment;
-  insn.operand_size = (rex & kRexW) ? 64 : osz_16_32;
+// Phase 4 for 0F 20-23, MOV to or from a control or debug register: the
+// ModRM byte names both registers.
+DecodeError DecodeMovSpecialRegister(DecodeState* state, uint8_t opcode,
+                                     Instruction* insn) {
+  uint8_t modrm;
+  const DecodeError error = FetchByte(state, &modrm);
+  if (error != DecodeError::kOk) return error;
+  // The mod bits are ignored: the operand is always a register
+  // (SDM Vol. 2, MOV—Move to/from Control Registers).
+  const uint8_t reg = ((modrm >> 3) & 7) | ((insn->rex & kRexR) ? 8 : 0);
+  insn->gpr = (modrm & 7) | ((insn->rex & kRexB) ? 8 : 0);
+  insn->special_register = reg;
+  insn->operand_size = state->mode == Mode::k64 ? 64 : 32;
+  const bool control = (opcode & 1) == 0;
+  const bool to = (opcode & 2) != 0;
+  if (control) {
+    insn->kind = to ? InsnKind::kMovToCr : InsnKind::kMovFromCr;
+    if (!(reg == 0 || reg == 2 || reg == 3 || reg == 4 || reg == 8)) {
+      state->checks |= kCheckRegister;
+    }
+  } else {
+    insn->kind = to ? InsnKind::kMovToDr : InsnKind::kMovFromDr;
+    if (reg >= 8) state->checks |= kCheckRegister;
+  }
+  return DecodeError::kOk;
+}
 
-  // Phase 2: opcode (and its immediate or ModRM).
-  const uint8_t op = bytes[i++];
-  // Fast path for the bulk of traps (RDMSR, WRMSR, CPUID, RDTSC, ...): a
-  // table lookup instead of two switches, whose indirect jumps mispredict on
-  // a mixed trap stream.
-  if (op == 0x0F && i < limit) {
-    const uint8_t simple = kSimpleTwoByte[bytes[i]];
-    if (simple != 0) {
-      if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
-      insn.kind = static_cast<InsnKind>(simple - 1);
-      insn.length = static_cast<uint8_t>(i + 1);
-      *out = insn;
+// Phase 4 for 0F 01 (group 7): the ModRM byte picks the instruction, and
+// the memory forms carry a memory operand.
+DecodeError DecodeGroup7(DecodeState* state, Instruction* insn) {
+  const size_t modrm_at = state->next;
+  uint8_t modrm;
+  DecodeError error = FetchByte(state, &modrm);
+  if (error != DecodeError::kOk) return error;
+  const uint8_t mod = modrm >> 6;
+  const uint8_t reg = (modrm >> 3) & 7;
+  if (mod == 3) {
+    if (modrm == 0xD1) {
+      insn->kind = InsnKind::kXsetbv;
+      state->checks |= kCheckNoPrefix;
+    } else if (modrm == 0xF8) {
+      insn->kind = InsnKind::kSwapgs;
+      state->checks |= kCheckMode;
+    } else if (modrm == 0xF9) {
+      insn->kind = InsnKind::kRdtscp;
+    } else if (reg == 6) {
+      insn->kind = InsnKind::kLmsw;
+      insn->operand_size = 16;
+      insn->gpr = (modrm & 7) | ((insn->rex & kRexB) ? 8 : 0);
+    } else {
+      // VMCALL, MONITOR, XGETBV, RDPKRU, MONITORX, CLZERO, ...
+      return Fail(state, DecodeError::kNotPrivileged, insn->opcode_offset);
+    }
+    return DecodeError::kOk;
+  }
+  if (reg == 6) {
+    insn->kind = InsnKind::kLmsw;
+    insn->operand_size = 16;
+  } else if (reg == 7) {
+    insn->kind = InsnKind::kInvlpg;
+    insn->operand_size = 8;
+  } else {
+    // SGDT, SIDT, LGDT, LIDT, SMSW: not emulated by pvemu.
+    return Fail(state, DecodeError::kNotPrivileged, insn->opcode_offset);
+  }
+  insn->memory_operand = true;
+  insn->modrm = modrm;
+  size_t end = 0;
+  error = MemoryOperand(state->bytes, state->len, modrm_at, insn->address_size,
+                        insn, &end);
+  if (error != DecodeError::kOk) return FailFetch(state, error);
+  state->next = end;
+  return DecodeError::kOk;
+}
+
+// Phase 3 for the 0F map. The operand-less opcodes of kSimpleTwoByte come
+// first, by one table load (a switch's indirect jump mispredicts on a mixed
+// trap stream); DecodeInto decides them already when they have no prefix.
+DecodeError DecodeTwoByteOpcode(DecodeState* state, Instruction* insn) {
+  uint8_t opcode;
+  const DecodeError error = FetchByte(state, &opcode);
+  if (error != DecodeError::kOk) return error;
+  const uint8_t simple = kSimpleTwoByte[opcode];
+  if (simple != 0) {
+    insn->kind = static_cast<InsnKind>(simple - 1);
+    return DecodeError::kOk;
+  }
+  switch (opcode) {
+    case 0x09:
+      insn->kind = state->last_rep == 0xF3 ? InsnKind::kWbnoinvd : InsnKind::kWbinvd;
       return DecodeError::kOk;
-    }
-  }
-  bool needs_np = false;  // the SDM marks it NP: 66/F2/F3 make it #UD
-  switch (op) {
-    case 0xE4: case 0xE5: case 0xE6: case 0xE7: {
-      const DecodeError err = Need(i + 1, len);
-      if (err != DecodeError::kOk) return FailFetch(err, len);
-      insn.kind = (op & 2) ? InsnKind::kOut : InsnKind::kIn;
-      insn.operand_size = (op & 1) ? osz_16_32 : 8;
-      insn.has_imm_port = true;
-      insn.port = bytes[i++];
-      break;
-    }
-    case 0xEC: case 0xED: case 0xEE: case 0xEF:
-      insn.kind = (op & 2) ? InsnKind::kOut : InsnKind::kIn;
-      insn.operand_size = (op & 1) ? osz_16_32 : 8;
-      break;
-    case 0x6C: case 0x6D: case 0x6E: case 0x6F:
-      insn.kind = (op & 2) ? InsnKind::kOuts : InsnKind::kIns;
-      insn.operand_size = (op & 1) ? osz_16_32 : 8;
-      break;
-    case 0xF4: insn.kind = InsnKind::kHlt; break;
-    case 0xFA: insn.kind = InsnKind::kCli; break;
-    case 0xFB: insn.kind = InsnKind::kSti; break;
-    case 0x0F: {
-      const DecodeError err = Need(i + 1, len);
-      if (err != DecodeError::kOk) return FailFetch(err, len);
-      const uint8_t op2 = bytes[i++];
-      switch (op2) {
-        case 0x30: insn.kind = InsnKind::kWrmsr; break;
-        case 0x31: insn.kind = InsnKind::kRdtsc; break;
-        case 0x32: insn.kind = InsnKind::kRdmsr; break;
-        case 0x33: insn.kind = InsnKind::kRdpmc; break;
-        case 0xA2: insn.kind = InsnKind::kCpuid; break;
-        case 0x06: insn.kind = InsnKind::kClts; break;
-        case 0x08: insn.kind = InsnKind::kInvd; break;
-        case 0x09:
-          insn.kind = last_rep == 0xF3 ? InsnKind::kWbnoinvd : InsnKind::kWbinvd;
-          break;
-        case 0x20: case 0x21: case 0x22: case 0x23: {
-          const DecodeError e2 = Need(i + 1, len);
-          if (e2 != DecodeError::kOk) return FailFetch(e2, len);
-          const uint8_t modrm = bytes[i++];
-          // The mod bits are ignored: the operand is always a register
-          // (SDM Vol. 2, MOV—Move to/from Control Registers).
-          const uint8_t reg = ((modrm >> 3) & 7) | ((rex & kRexR) ? 8 : 0);
-          insn.gpr = (modrm & 7) | ((rex & kRexB) ? 8 : 0);
-          insn.special_register = reg;
-          insn.operand_size = mode64 ? 64 : 32;
-          const bool is_cr = (op2 & 1) == 0;
-          if (is_cr) {
-            insn.kind = (op2 & 2) ? InsnKind::kMovToCr : InsnKind::kMovFromCr;
-          } else {
-            insn.kind = (op2 & 2) ? InsnKind::kMovToDr : InsnKind::kMovFromDr;
-          }
-          if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
-          const bool valid = is_cr ? (reg == 0 || reg == 2 || reg == 3 ||
-                                      reg == 4 || reg == 8)
-                                   : reg < 8;
-          if (!valid) return Fail(DecodeError::kInvalidRegister, opcode_at);
-          insn.length = static_cast<uint8_t>(i);
-          *out = insn;
-          return DecodeError::kOk;
-        }
-        case 0x01: {
-          const DecodeError e2 = Need(i + 1, len);
-          if (e2 != DecodeError::kOk) return FailFetch(e2, len);
-          const size_t modrm_at = i;
-          const uint8_t modrm = bytes[i++];
-          const uint8_t mod = modrm >> 6;
-          const uint8_t reg = (modrm >> 3) & 7;
-          if (mod == 3) {
-            if (modrm == 0xD1) {
-              insn.kind = InsnKind::kXsetbv;
-              needs_np = true;
-            } else if (modrm == 0xF8) {
-              insn.kind = InsnKind::kSwapgs;
-              if (!mode64) return Fail(DecodeError::kInvalidInMode, opcode_at);
-            } else if (modrm == 0xF9) {
-              insn.kind = InsnKind::kRdtscp;
-            } else if (reg == 6) {
-              insn.kind = InsnKind::kLmsw;
-              insn.operand_size = 16;
-              insn.gpr = (modrm & 7) | ((rex & kRexB) ? 8 : 0);
-            } else {
-              // VMCALL, MONITOR, XGETBV, RDPKRU, MONITORX, CLZERO, ...
-              return Fail(DecodeError::kNotPrivileged, opcode_at);
-            }
-          } else {
-            if (reg == 6) {
-              insn.kind = InsnKind::kLmsw;
-              insn.operand_size = 16;
-            } else if (reg == 7) {
-              insn.kind = InsnKind::kInvlpg;
-              insn.operand_size = 8;
-            } else {
-              // SGDT, SIDT, LGDT, LIDT, SMSW: not emulated by pvemu.
-              return Fail(DecodeError::kNotPrivileged, opcode_at);
-            }
-            insn.memory_operand = true;
-            insn.modrm = modrm;
-            size_t end = 0;
-            const DecodeError e3 =
-                MemoryOperand(bytes, len, modrm_at, address_size, &insn, &end);
-            if (e3 != DecodeError::kOk) return FailFetch(e3, len);
-            i = end;
-          }
-          break;
-        }
-        default:
-          return Fail(DecodeError::kNotPrivileged, opcode_at);
-      }
-      break;
-    }
+    case 0x20: case 0x21: case 0x22: case 0x23:
+      return DecodeMovSpecialRegister(state, opcode, insn);
+    case 0x01:
+      return DecodeGroup7(state, insn);
     default:
-      return Fail(DecodeError::kNotPrivileged, opcode_at);
+      return Fail(state, DecodeError::kNotPrivileged, insn->opcode_offset);
   }
+}
 
-  // Phase 3: checks that need the whole instruction.
-  if (prefixes & kPrefixLock) return Fail(DecodeError::kLockPrefix, opcode_at);
-  if (needs_np &&
-      (prefixes & (kPrefixOperandSize | kPrefixRep | kPrefixRepne))) {
-    return Fail(DecodeError::kInvalidPrefix, opcode_at);
+// Phase 3: the opcode, with the imm8 port of IN/OUT E4-E7.
+DecodeError DecodeOpcode(DecodeState* state, Instruction* insn) {
+  const uint8_t opcode = state->bytes[state->next++];
+  if (opcode == 0x0F) return DecodeTwoByteOpcode(state, insn);
+  const uint8_t width = (opcode & 1) ? state->io_operand_size : 8;
+  switch (opcode) {
+    case 0xE4: case 0xE5: case 0xE6: case 0xE7:
+      insn->kind = (opcode & 2) ? InsnKind::kOut : InsnKind::kIn;
+      insn->operand_size = width;
+      insn->has_imm_port = true;
+      return FetchByte(state, &insn->port);
+    case 0xEC: case 0xED: case 0xEE: case 0xEF:
+      insn->kind = (opcode & 2) ? InsnKind::kOut : InsnKind::kIn;
+      insn->operand_size = width;
+      return DecodeError::kOk;
+    case 0x6C: case 0x6D: case 0x6E: case 0x6F:
+      insn->kind = (opcode & 2) ? InsnKind::kOuts : InsnKind::kIns;
+      insn->operand_size = width;
+      return DecodeError::kOk;
+    case 0xF4: insn->kind = InsnKind::kHlt; return DecodeError::kOk;
+    case 0xFA: insn->kind = InsnKind::kCli; return DecodeError::kOk;
+    case 0xFB: insn->kind = InsnKind::kSti; return DecodeError::kOk;
+    default:
+      return Fail(state, DecodeError::kNotPrivileged, insn->opcode_offset);
   }
-  insn.length = static_cast<uint8_t>(i);
+}
+
+// Phase 5: the checks that need the whole instruction, in the order the CPU
+// (and Zydis) reports them.
+DecodeError CheckErrorConditions(DecodeState* state, const Instruction& insn) {
+  const uint8_t checks = state->checks;
+  if ((checks | (insn.prefixes & kPrefixLock)) == 0) return DecodeError::kOk;
+  DecodeError error = DecodeError::kOk;
+  if ((checks & kCheckMode) && state->mode != Mode::k64) {
+    error = DecodeError::kInvalidInMode;
+  } else if (insn.prefixes & kPrefixLock) {
+    error = DecodeError::kLockPrefix;
+  } else if (checks & kCheckRegister) {
+    error = DecodeError::kInvalidRegister;
+  } else if ((checks & kCheckNoPrefix) &&
+             (insn.prefixes & (kPrefixOperandSize | kPrefixRep | kPrefixRepne))) {
+    error = DecodeError::kInvalidPrefix;
+  }
+  if (error == DecodeError::kOk) return error;
+  return Fail(state, error, insn.opcode_offset);
+}
+
+DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
+                          Instruction* out, uint8_t* error_offset) {
+  DecodeState state{bytes, len, mode, error_offset};
+  Instruction insn;
+  DecodeError error = CollectPrefixes(&state, &insn);
+  if (error != DecodeError::kOk) return error;
+  ResolveSizes(&state, &insn);
+  error = DecodeOpcode(&state, &insn);
+  if (error != DecodeError::kOk) return error;
+  error = CheckErrorConditions(&state, insn);
+  if (error != DecodeError::kOk) return error;
+  insn.length = static_cast<uint8_t>(state.next);
   *out = insn;
   return DecodeError::kOk;
 }

@@ -39,11 +39,11 @@ constexpr std::pair<uint32_t, uint32_t> kPmuRanges[] = {
 };
 
 // MsrEntry has padding, so key on the fields, not the bytes.
-std::string EntryKey(const MsrEntry& e) {
-  return absl::StrCat(e.read, ",", e.write, ",", e.value, ",", e.has_value, ",",
-                                 e.writable_mask, ",", e.drop_reserved, ",",
-                                 e.allow_host_write, ",", e.audit, ",", e.unknown, ",",
-                                 e.read_origin, ",", e.write_origin);
+std::string EntryKey(const MsrEntry& entry) {
+  return absl::StrCat(entry.read, ",", entry.write, ",", entry.value, ",", entry.has_value,
+                      ",", entry.writable_mask, ",", entry.drop_reserved, ",",
+                      entry.allow_host_write, ",", entry.audit, ",", entry.unknown, ",",
+                      entry.read_origin, ",", entry.write_origin);
 }
 
 }  // namespace
@@ -96,11 +96,17 @@ class Compiler {
   absl::StatusOr<std::shared_ptr<const Snapshot>> All(uint64_t generation);
 
  private:
+  // Where a rule comes from, in increasing precedence.
+  enum class RuleLayer {
+    kDefault,
+    kDomain,
+    kVpmuOff,  // synthetic: the PMU MSRs #GP while vPMU is off
+  };
   // One matching rule with its specificity key; larger key = more specific.
-  struct Cand {
+  struct Candidate {
     const MsrRule* rule;
     Target target;
-    int layer;  // 0 default, 1 domain, 2 vpmu-off (synthetic)
+    RuleLayer layer;
     int conditions;
     uint32_t origin;
     auto Key() const {
@@ -108,30 +114,59 @@ class Compiler {
     }
   };
   struct MoreSpecific {
-    bool operator()(const Cand* a, const Cand* b) const {
+    bool operator()(const Candidate* a, const Candidate* b) const {
       if (a->Key() != b->Key()) return a->Key() > b->Key();
       return a < b;
     }
   };
   // The rules that decide each half; nullptr: nobody (fallback).
   struct Decision {
-    const Cand* read = nullptr;
-    const Cand* write = nullptr;
-    bool operator==(const Decision& o) const { return read == o.read && write == o.write; }
+    const Candidate* read = nullptr;
+    const Candidate* write = nullptr;
+    bool operator==(const Decision& other) const {
+      return read == other.read && write == other.write;
+    }
   };
-  struct Seg {
+  // MSRs [first, last] that one decision covers.
+  struct Segment {
     uint32_t first, last;
-    Decision d;
+    Decision decision;
+  };
+  // The range rules swept into segments: all layers together, and each alone.
+  struct RangeSegments {
+    std::vector<Segment> all;
+    std::vector<Segment> domain;
+    std::vector<Segment> default_layer;
+    std::vector<Segment> vpmu_off;
   };
 
-  absl::Status Collect(const Layer& layer, const std::string& path, int layer_rank,
-                       const DomainContext& ctx, DomainSnapshot* snap,
-                       std::vector<Cand>* out);
-  static std::vector<Seg> Sweep(const std::vector<const Cand*>& ranges);
-  static Decision At(const std::vector<Seg>& segs, uint32_t msr);
-  MsrEntry Materialize(const Decision& d, const DomainSnapshot& snap) const;
-  // The index of `e` in snap->entries_, adding it if new.
-  uint32_t Intern(const MsrEntry& e, DomainSnapshot* snap);
+  // The phases of Domain, in order.
+  void SetContext(uint32_t domid, const Layer* overlay, DomainSnapshot* snapshot) const;
+  void CompileUnknownMsr(const Layer* overlay, const std::string& overlay_path,
+                         DomainSnapshot* snapshot) const;
+  void CompileVpmuAndTsc(const Layer* overlay, DomainSnapshot* snapshot) const;
+  void CompilePorts(const Layer* overlay, DomainSnapshot* snapshot) const;
+  void CompileCpuid(const Layer* overlay, const std::string& overlay_path,
+                    DomainSnapshot* snapshot) const;
+  absl::Status CompileMsrRules(const Layer* overlay, const std::string& overlay_path,
+                               DomainSnapshot* snapshot);
+
+  CpuidDecision CompileCpuidEntry(const pvemu::v1::CpuidEntry& entry,
+                                  const std::string& path) const;
+  // The matching rules of every layer, the vPMU-off ones included.
+  absl::Status CollectCandidates(const Layer* overlay, const std::string& overlay_path,
+                                 DomainSnapshot* snapshot, std::vector<Candidate>* out);
+  absl::Status Collect(const Layer& layer, const std::string& path, RuleLayer rule_layer,
+                       DomainSnapshot* snapshot, std::vector<Candidate>* out);
+  static std::vector<Segment> Sweep(const std::vector<const Candidate*>& ranges);
+  static Decision DecisionAt(const std::vector<Segment>& segments, uint32_t msr);
+  // The decision for a single MSR named by `rules` (sorted here, most
+  // specific first), against the ranges of each layer.
+  static Decision DecideSingle(uint32_t msr, std::vector<const Candidate*>& rules,
+                               const RangeSegments& ranges);
+  MsrEntry Materialize(const Decision& decision, const DomainSnapshot& snapshot) const;
+  // The index of `entry` in snapshot->entries_, adding it if new.
+  uint32_t Intern(const MsrEntry& entry, DomainSnapshot* snapshot);
 
   absl::flat_hash_map<std::string, uint32_t> interned_;
 
@@ -141,303 +176,375 @@ class Compiler {
   MsrRule pmu_gp_rule_;
 };
 
-absl::Status Compiler::Collect(const Layer& layer, const std::string& path, int layer_rank,
-                               const DomainContext& ctx, DomainSnapshot* snap,
-                               std::vector<Cand>* out) {
+absl::Status Compiler::Collect(const Layer& layer, const std::string& path,
+                               RuleLayer rule_layer, DomainSnapshot* snapshot,
+                               std::vector<Candidate>* out) {
+  const DomainContext& context = snapshot->context_;
   for (int i = 0; i < layer.msr_size(); ++i) {
     const MsrRule& rule = layer.msr(i);
-    if (!ConditionsMatch(rule, host_, ctx.guest_vendor, ctx.hardware_domain)) continue;
-    ASSIGN_OR_RETURN(Target t, ResolveTarget(rule));
-    std::string rpath = absl::StrCat(path, ".msr[", i, "]");
-    snap->origins_.push_back(RuleOrigin{layer_rank == 1 ? "domain" : "default",
-                                        source_.WhereLine(rpath), rule.comment()});
-    out->push_back(Cand{&rule, t, layer_rank, ConditionCount(rule),
-                        static_cast<uint32_t>(snap->origins_.size() - 1)});
+    if (!ConditionsMatch(rule, host_, context.guest_vendor, context.hardware_domain)) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(Target target, ResolveTarget(rule));
+    std::string rule_path = absl::StrCat(path, ".msr[", i, "]");
+    snapshot->origins_.push_back(
+        RuleOrigin{rule_layer == RuleLayer::kDomain ? "domain" : "default",
+                   source_.WhereLine(rule_path), rule.comment()});
+    out->push_back(Candidate{&rule, target, rule_layer, ConditionCount(rule),
+                             static_cast<uint32_t>(snapshot->origins_.size() - 1)});
   }
   return absl::OkStatus();
 }
 
-std::vector<Compiler::Seg> Compiler::Sweep(const std::vector<const Cand*>& ranges) {
+std::vector<Compiler::Segment> Compiler::Sweep(const std::vector<const Candidate*>& ranges) {
   // Events at `first` (add) and `last + 1` (remove); 64-bit to hold 2^32.
-  std::vector<std::pair<uint64_t, const Cand*>> adds, removes;
-  for (const Cand* c : ranges) {
-    adds.push_back({c->target.first, c});
-    removes.push_back({uint64_t{c->target.last} + 1, c});
+  std::vector<std::pair<uint64_t, const Candidate*>> adds, removes;
+  for (const Candidate* candidate : ranges) {
+    adds.push_back({candidate->target.first, candidate});
+    removes.push_back({uint64_t{candidate->target.last} + 1, candidate});
   }
   std::sort(adds.begin(), adds.end());
   std::sort(removes.begin(), removes.end());
-  std::set<const Cand*, MoreSpecific> readers, writers;
-  std::vector<Seg> segs;
-  size_t ai = 0, ri = 0;
-  uint64_t pos = 0;
-  while (ai < adds.size() || ri < removes.size()) {
-    uint64_t next = ai < adds.size() ? adds[ai].first : ~uint64_t{0};
-    if (ri < removes.size()) next = std::min(next, removes[ri].first);
-    if (next > pos && (!readers.empty() || !writers.empty())) {
-      Decision d{readers.empty() ? nullptr : *readers.begin(),
-                 writers.empty() ? nullptr : *writers.begin()};
-      uint32_t first = static_cast<uint32_t>(pos);
+  std::set<const Candidate*, MoreSpecific> readers, writers;
+  std::vector<Segment> segments;
+  size_t next_add = 0, next_remove = 0;
+  uint64_t position = 0;
+  while (next_add < adds.size() || next_remove < removes.size()) {
+    uint64_t next = next_add < adds.size() ? adds[next_add].first : ~uint64_t{0};
+    if (next_remove < removes.size()) next = std::min(next, removes[next_remove].first);
+    if (next > position && (!readers.empty() || !writers.empty())) {
+      Decision decision{readers.empty() ? nullptr : *readers.begin(),
+                        writers.empty() ? nullptr : *writers.begin()};
+      uint32_t first = static_cast<uint32_t>(position);
       uint32_t last = static_cast<uint32_t>(next - 1);
-      if (!segs.empty() && segs.back().d == d && uint64_t{segs.back().last} + 1 == pos) {
-        segs.back().last = last;
+      if (!segments.empty() && segments.back().decision == decision &&
+          uint64_t{segments.back().last} + 1 == position) {
+        segments.back().last = last;
       } else {
-        segs.push_back(Seg{first, last, d});
+        segments.push_back(Segment{first, last, decision});
       }
     }
-    pos = next;
-    while (ri < removes.size() && removes[ri].first == pos) {
-      readers.erase(removes[ri].second);
-      writers.erase(removes[ri].second);
-      ++ri;
+    position = next;
+    while (next_remove < removes.size() && removes[next_remove].first == position) {
+      readers.erase(removes[next_remove].second);
+      writers.erase(removes[next_remove].second);
+      ++next_remove;
     }
-    while (ai < adds.size() && adds[ai].first == pos) {
-      const Cand* c = adds[ai].second;
-      if (c->rule->read() != ReadAction::ACTION_UNSPECIFIED) readers.insert(c);
-      if (c->rule->write() != WriteAction::ACTION_UNSPECIFIED) writers.insert(c);
-      ++ai;
+    while (next_add < adds.size() && adds[next_add].first == position) {
+      const Candidate* candidate = adds[next_add].second;
+      if (candidate->rule->read() != ReadAction::ACTION_UNSPECIFIED) readers.insert(candidate);
+      if (candidate->rule->write() != WriteAction::ACTION_UNSPECIFIED) writers.insert(candidate);
+      ++next_add;
     }
   }
-  return segs;
+  return segments;
 }
 
-Compiler::Decision Compiler::At(const std::vector<Seg>& segs, uint32_t msr) {
-  auto it = std::lower_bound(segs.begin(), segs.end(), msr,
-                             [](const Seg& s, uint32_t m) { return s.last < m; });
-  if (it != segs.end() && it->first <= msr) return it->d;
+Compiler::Decision Compiler::DecisionAt(const std::vector<Segment>& segments, uint32_t msr) {
+  auto it = std::lower_bound(segments.begin(), segments.end(), msr,
+                             [](const Segment& s, uint32_t m) { return s.last < m; });
+  if (it != segments.end() && it->first <= msr) return it->decision;
   return Decision{};
 }
 
-MsrEntry Compiler::Materialize(const Decision& d, const DomainSnapshot& snap) const {
-  MsrEntry e = snap.entries_[0];
-  if (d.read == nullptr && d.write == nullptr) return e;
-  e.unknown = false;
-  e.audit = false;
-  if (d.read != nullptr) {
-    const MsrRule& r = *d.read->rule;
+MsrEntry Compiler::Materialize(const Decision& decision, const DomainSnapshot& snapshot) const {
+  MsrEntry entry = snapshot.entries_[0];
+  if (decision.read == nullptr && decision.write == nullptr) return entry;
+  entry.unknown = false;
+  entry.audit = false;
+  if (decision.read != nullptr) {
+    const MsrRule& reader = *decision.read->rule;
     // Validation refuses unknown action numbers; should one get here anyway,
     // it compiles to the safe answer, never to whatever its low byte means.
-    e.read = ReadAction::Action_IsValid(r.read()) ? r.read() : ReadAction::GP;
-    e.value = r.value();
-    e.has_value = r.has_value();
-    e.read_origin = d.read->origin;
-    e.audit |= r.audit();
-    if (e.read == ReadAction::ZERO) {
-      e.value = 0;
-      e.has_value = true;
+    entry.read = ReadAction::Action_IsValid(reader.read()) ? reader.read() : ReadAction::GP;
+    entry.value = reader.value();
+    entry.has_value = reader.has_value();
+    entry.read_origin = decision.read->origin;
+    entry.audit |= reader.audit();
+    if (entry.read == ReadAction::ZERO) {
+      entry.value = 0;
+      entry.has_value = true;
     }
   }
-  if (d.write != nullptr) {
-    const MsrRule& w = *d.write->rule;
-    e.write = WriteAction::Action_IsValid(w.write()) ? w.write() : WriteAction::GP;
-    e.writable_mask = w.has_writable_mask() ? w.writable_mask() : ~uint64_t{0};
-    e.drop_reserved = w.on_reserved_bits() == pvemu::v1::RESERVED_DROP;
-    e.allow_host_write = w.allow_host_write();
-    e.write_origin = d.write->origin;
-    e.audit |= w.audit();
+  if (decision.write != nullptr) {
+    const MsrRule& writer = *decision.write->rule;
+    entry.write = WriteAction::Action_IsValid(writer.write()) ? writer.write() : WriteAction::GP;
+    entry.writable_mask = writer.has_writable_mask() ? writer.writable_mask() : ~uint64_t{0};
+    entry.drop_reserved = writer.on_reserved_bits() == pvemu::v1::RESERVED_DROP;
+    entry.allow_host_write = writer.allow_host_write();
+    entry.write_origin = decision.write->origin;
+    entry.audit |= writer.audit();
     // A write-only SHADOW rule may carry the register's initial value.
-    if (!e.has_value && w.has_value() && e.read == ReadAction::SHADOW) {
-      e.value = w.value();
-      e.has_value = true;
+    if (!entry.has_value && writer.has_value() && entry.read == ReadAction::SHADOW) {
+      entry.value = writer.value();
+      entry.has_value = true;
     }
   } else {
-    e.writable_mask = ~uint64_t{0};
+    entry.writable_mask = ~uint64_t{0};
   }
-  return e;
+  return entry;
 }
 
-absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
-    uint32_t domid, const Layer* overlay, const std::string& overlay_path) {
-  auto snap = std::unique_ptr<DomainSnapshot>(new DomainSnapshot);
-  const Layer& def = policy_.default_();
-  DomainContext& ctx = snap->context_;
-  ctx.domain = domid;
-  ctx.hardware_domain = overlay != nullptr && overlay->has_hardware_domain()
-                            ? overlay->hardware_domain()
-                            : domid == 0;
-  ctx.guest_vendor = overlay != nullptr && overlay->guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED
-                         ? overlay->guest_vendor()
-                     : def.guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED ? def.guest_vendor()
-                                                                           : host_;
-  snap->has_overlay_ = overlay != nullptr;
+// Who the snapshot is for: the domain, whether it is the hardware domain,
+// and the vendor its guest sees.
+void Compiler::SetContext(uint32_t domid, const Layer* overlay,
+                          DomainSnapshot* snapshot) const {
+  const Layer& default_layer = policy_.default_();
+  DomainContext& context = snapshot->context_;
+  context.domain = domid;
+  context.hardware_domain = overlay != nullptr && overlay->has_hardware_domain()
+                                ? overlay->hardware_domain()
+                                : domid == 0;
+  if (overlay != nullptr && overlay->guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED) {
+    context.guest_vendor = overlay->guest_vendor();
+  } else if (default_layer.guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED) {
+    context.guest_vendor = default_layer.guest_vendor();
+  } else {
+    context.guest_vendor = host_;
+  }
+  snapshot->has_overlay_ = overlay != nullptr;
+}
 
-  // Unknown MSRs.
-  pvemu::v1::UnknownMsr mode = def.unknown_msr();
+// The unknown_msr mode, its origin (origins_[0]) and the fallback entry
+// (entries_[0]) it decides.
+void Compiler::CompileUnknownMsr(const Layer* overlay, const std::string& overlay_path,
+                                 DomainSnapshot* snapshot) const {
+  const Layer& default_layer = policy_.default_();
+  pvemu::v1::UnknownMsr mode = default_layer.unknown_msr();
   if (overlay != nullptr && overlay->unknown_msr() != pvemu::v1::UNKNOWN_MSR_UNSPECIFIED) {
     mode = overlay->unknown_msr();
   }
   if (mode == pvemu::v1::UNKNOWN_MSR_UNSPECIFIED) mode = pvemu::v1::UNKNOWN_GP;
-  snap->unknown_msr_ = mode;
+  snapshot->unknown_msr_ = mode;
   std::string mode_path = overlay != nullptr && overlay->unknown_msr() != 0
                               ? overlay_path + ".unknown_msr"
                               : "default.unknown_msr";
-  snap->origins_.push_back(RuleOrigin{
+  snapshot->origins_.push_back(RuleOrigin{
       "unknown-msr",
-      def.unknown_msr() == 0 && mode_path == "default.unknown_msr"
+      default_layer.unknown_msr() == 0 && mode_path == "default.unknown_msr"
           ? "built-in: unknown_msr unset means GP"
           : source_.WhereLine(mode_path),
       absl::StrCat("unknown_msr: ", pvemu::v1::UnknownMsr_Name(mode))});
-  snap->entries_.emplace_back();
-  MsrEntry& fb = snap->entries_[0];
-  fb.unknown = true;
+  MsrEntry& fallback = snapshot->entries_.emplace_back();
+  fallback.unknown = true;
   switch (mode) {
     case pvemu::v1::UNKNOWN_RELAXED:
-      fb.read = ReadAction::ZERO;
-      fb.has_value = true;
-      fb.write = WriteAction::IGNORE;
+      fallback.read = ReadAction::ZERO;
+      fallback.has_value = true;
+      fallback.write = WriteAction::IGNORE;
       break;
     case pvemu::v1::UNKNOWN_HOST:
-      fb.read = ReadAction::PASSTHROUGH;
-      fb.write = WriteAction::GP;
+      fallback.read = ReadAction::PASSTHROUGH;
+      fallback.write = WriteAction::GP;
       break;
     default:
-      fb.read = ReadAction::GP;
-      fb.write = WriteAction::GP;
+      fallback.read = ReadAction::GP;
+      fallback.write = WriteAction::GP;
   }
+}
 
-  // vPMU, TSC, guest vendor: the domain's field if set, else the default's.
-  snap->vpmu_ = overlay != nullptr && overlay->has_vpmu() ? overlay->vpmu()
-                : def.has_vpmu()                         ? def.vpmu()
-                                                         : false;
-  TscConfig& tsc = snap->tsc_;
-  if (def.tsc().mode() != 0) tsc.mode = def.tsc().mode();
-  tsc.offset = def.tsc().offset();
-  tsc.frequency_khz = def.tsc().frequency_khz();
+// vPMU and TSC: the domain's field if set, else the default's.
+void Compiler::CompileVpmuAndTsc(const Layer* overlay, DomainSnapshot* snapshot) const {
+  const Layer& default_layer = policy_.default_();
+  snapshot->vpmu_ = overlay != nullptr && overlay->has_vpmu() ? overlay->vpmu()
+                    : default_layer.has_vpmu()                ? default_layer.vpmu()
+                                                              : false;
+  TscConfig& tsc = snapshot->tsc_;
+  if (default_layer.tsc().mode() != 0) tsc.mode = default_layer.tsc().mode();
+  tsc.offset = default_layer.tsc().offset();
+  tsc.frequency_khz = default_layer.tsc().frequency_khz();
   if (overlay != nullptr) {
     if (overlay->tsc().mode() != 0) tsc.mode = overlay->tsc().mode();
     if (overlay->tsc().offset() != 0) tsc.offset = overlay->tsc().offset();
     if (overlay->tsc().frequency_khz() != 0) tsc.frequency_khz = overlay->tsc().frequency_khz();
   }
+}
 
-  // Ports: the union of both layers, merged.
+// Ports: the union of both layers, merged.
+void Compiler::CompilePorts(const Layer* overlay, DomainSnapshot* snapshot) const {
   std::vector<std::pair<uint32_t, uint32_t>> ports;
-  for (const auto& p : def.io_port()) ports.push_back({p.first(), p.last()});
+  for (const auto& range : policy_.default_().io_port()) {
+    ports.push_back({range.first(), range.last()});
+  }
   if (overlay != nullptr) {
-    for (const auto& p : overlay->io_port()) ports.push_back({p.first(), p.last()});
+    for (const auto& range : overlay->io_port()) ports.push_back({range.first(), range.last()});
   }
   std::sort(ports.begin(), ports.end());
-  for (const auto& p : ports) {
-    if (!snap->ports_.empty() && p.first <= snap->ports_.back().second + 1) {
-      snap->ports_.back().second = std::max(snap->ports_.back().second, p.second);
+  std::vector<std::pair<uint32_t, uint32_t>>& merged = snapshot->ports_;
+  for (const auto& range : ports) {
+    if (!merged.empty() && range.first <= merged.back().second + 1) {
+      merged.back().second = std::max(merged.back().second, range.second);
     } else {
-      snap->ports_.push_back(p);
+      merged.push_back(range);
     }
   }
+}
 
-  // CPUID: domain exact, domain any, default exact, default any.
-  auto cpuid_of = [&](const pvemu::v1::CpuidEntry& c, const std::string& path) {
-    CpuidDecision d;
-    d.source = c.source() == pvemu::v1::CpuidEntry::CONST ? pvemu::v1::CpuidEntry::CONST
-                                                          : pvemu::v1::CpuidEntry::HOST;
-    const auto& s = c.set();
-    const auto& k = c.clear();
-    d.set[0] = s.eax(); d.set[1] = s.ebx(); d.set[2] = s.ecx(); d.set[3] = s.edx();
-    d.clear[0] = k.eax(); d.clear[1] = k.ebx(); d.clear[2] = k.ecx(); d.clear[3] = k.edx();
-    d.origin = source_.WhereLine(path);
-    return d;
-  };
+CpuidDecision Compiler::CompileCpuidEntry(const pvemu::v1::CpuidEntry& entry,
+                                          const std::string& path) const {
+  CpuidDecision decision;
+  decision.source = entry.source() == pvemu::v1::CpuidEntry::CONST
+                        ? pvemu::v1::CpuidEntry::CONST
+                        : pvemu::v1::CpuidEntry::HOST;
+  const auto& set = entry.set();
+  const auto& clear = entry.clear();
+  decision.set[0] = set.eax();
+  decision.set[1] = set.ebx();
+  decision.set[2] = set.ecx();
+  decision.set[3] = set.edx();
+  decision.clear[0] = clear.eax();
+  decision.clear[1] = clear.ebx();
+  decision.clear[2] = clear.ecx();
+  decision.clear[3] = clear.edx();
+  decision.origin = source_.WhereLine(path);
+  return decision;
+}
+
+// CPUID: domain exact, domain any, default exact, default any.
+void Compiler::CompileCpuid(const Layer* overlay, const std::string& overlay_path,
+                            DomainSnapshot* snapshot) const {
   absl::flat_hash_set<uint32_t> domain_any_leaves;
   if (overlay != nullptr) {
     for (int i = 0; i < overlay->cpuid_size(); ++i) {
-      const auto& c = overlay->cpuid(i);
+      const auto& entry = overlay->cpuid(i);
       std::string path = absl::StrCat(overlay_path, ".cpuid[", i, "]");
-      if (c.has_subleaf()) {
-        snap->cpuid_exact_[uint64_t{c.leaf()} << 32 | c.subleaf()] = cpuid_of(c, path);
+      if (entry.has_subleaf()) {
+        snapshot->cpuid_exact_[uint64_t{entry.leaf()} << 32 | entry.subleaf()] =
+            CompileCpuidEntry(entry, path);
       } else {
-        snap->cpuid_any_[c.leaf()] = cpuid_of(c, path);
-        domain_any_leaves.insert(c.leaf());
+        snapshot->cpuid_any_[entry.leaf()] = CompileCpuidEntry(entry, path);
+        domain_any_leaves.insert(entry.leaf());
       }
     }
   }
-  for (int i = 0; i < def.cpuid_size(); ++i) {
-    const auto& c = def.cpuid(i);
+  const Layer& default_layer = policy_.default_();
+  for (int i = 0; i < default_layer.cpuid_size(); ++i) {
+    const auto& entry = default_layer.cpuid(i);
     std::string path = absl::StrCat("default.cpuid[", i, "]");
-    if (c.has_subleaf()) {
-      if (domain_any_leaves.contains(c.leaf())) continue;
-      snap->cpuid_exact_.emplace(uint64_t{c.leaf()} << 32 | c.subleaf(), cpuid_of(c, path));
+    if (entry.has_subleaf()) {
+      if (domain_any_leaves.contains(entry.leaf())) continue;
+      snapshot->cpuid_exact_.emplace(uint64_t{entry.leaf()} << 32 | entry.subleaf(),
+                                     CompileCpuidEntry(entry, path));
     } else {
-      snap->cpuid_any_.emplace(c.leaf(), cpuid_of(c, path));
+      snapshot->cpuid_any_.emplace(entry.leaf(), CompileCpuidEntry(entry, path));
     }
   }
-  for (const auto& [key, d] : snap->cpuid_exact_) {
-    snap->cpuid_leaf_kinds_[static_cast<uint32_t>(key >> 32)] |= DomainSnapshot::kCpuidHasExact;
+  for (const auto& [key, decision] : snapshot->cpuid_exact_) {
+    snapshot->cpuid_leaf_kinds_[static_cast<uint32_t>(key >> 32)] |=
+        DomainSnapshot::kCpuidHasExact;
   }
-  for (const auto& [leaf, d] : snap->cpuid_any_) {
-    snap->cpuid_leaf_kinds_[leaf] |= DomainSnapshot::kCpuidHasAny;
+  for (const auto& [leaf, decision] : snapshot->cpuid_any_) {
+    snapshot->cpuid_leaf_kinds_[leaf] |= DomainSnapshot::kCpuidHasAny;
   }
+}
 
-  // MSR rules.
-  std::vector<Cand> cands;
-  RETURN_IF_ERROR(Collect(def, "default", 0, ctx, snap.get(), &cands));
-  if (overlay != nullptr) RETURN_IF_ERROR(Collect(*overlay, overlay_path, 1, ctx, snap.get(), &cands));
-  if (!snap->vpmu_) {
+absl::Status Compiler::CollectCandidates(const Layer* overlay, const std::string& overlay_path,
+                                         DomainSnapshot* snapshot,
+                                         std::vector<Candidate>* out) {
+  RETURN_IF_ERROR(Collect(policy_.default_(), "default", RuleLayer::kDefault, snapshot, out));
+  if (overlay != nullptr) {
+    RETURN_IF_ERROR(Collect(*overlay, overlay_path, RuleLayer::kDomain, snapshot, out));
+  }
+  if (!snapshot->vpmu_) {
     pmu_gp_rule_.set_read(ReadAction::GP);
     pmu_gp_rule_.set_write(WriteAction::GP);
-    snap->origins_.push_back(RuleOrigin{"vpmu-off", "built-in: vpmu off",
-                                        "PMU MSRs #GP while the domain's vPMU is off"});
+    snapshot->origins_.push_back(RuleOrigin{"vpmu-off", "built-in: vpmu off",
+                                            "PMU MSRs #GP while the domain's vPMU is off"});
     for (const auto& [first, last] : kPmuRanges) {
-      cands.push_back(Cand{&pmu_gp_rule_, Target{first, last, false}, 2, 0,
-                           static_cast<uint32_t>(snap->origins_.size() - 1)});
+      out->push_back(Candidate{&pmu_gp_rule_, Target{first, last, false}, RuleLayer::kVpmuOff,
+                               0, static_cast<uint32_t>(snapshot->origins_.size() - 1)});
     }
   }
-  std::vector<const Cand*> all_ranges, dom_ranges, def_ranges, pmu_ranges;
-  absl::flat_hash_map<uint32_t, std::vector<const Cand*>> singles;
-  for (const Cand& c : cands) {
-    if (c.target.single) {
-      singles[c.target.first].push_back(&c);
+  return absl::OkStatus();
+}
+
+Compiler::Decision Compiler::DecideSingle(uint32_t msr,
+                                          std::vector<const Candidate*>& rules,
+                                          const RangeSegments& ranges) {
+  std::sort(rules.begin(), rules.end(), MoreSpecific());
+  // Order: vpmu-off, domain singles, domain ranges, default singles,
+  // default ranges; the first that decides a half wins it.
+  std::vector<Decision> chain;
+  chain.push_back(DecisionAt(ranges.vpmu_off, msr));
+  for (const Candidate* candidate : rules) {
+    if (candidate->layer == RuleLayer::kDomain) chain.push_back(Decision{candidate, candidate});
+  }
+  chain.push_back(DecisionAt(ranges.domain, msr));
+  for (const Candidate* candidate : rules) {
+    if (candidate->layer == RuleLayer::kDefault) chain.push_back(Decision{candidate, candidate});
+  }
+  chain.push_back(DecisionAt(ranges.default_layer, msr));
+  Decision decision;
+  for (const Decision& step : chain) {
+    if (decision.read == nullptr && step.read != nullptr &&
+        step.read->rule->read() != ReadAction::ACTION_UNSPECIFIED) {
+      decision.read = step.read;
+    }
+    if (decision.write == nullptr && step.write != nullptr &&
+        step.write->rule->write() != WriteAction::ACTION_UNSPECIFIED) {
+      decision.write = step.write;
+    }
+  }
+  return decision;
+}
+
+// MSR rules: ranges swept into an interval table, single MSRs decided one by
+// one against the ranges of each layer.
+absl::Status Compiler::CompileMsrRules(const Layer* overlay, const std::string& overlay_path,
+                                       DomainSnapshot* snapshot) {
+  std::vector<Candidate> candidates;
+  RETURN_IF_ERROR(CollectCandidates(overlay, overlay_path, snapshot, &candidates));
+  std::vector<const Candidate*> all_ranges, domain_ranges, default_ranges, vpmu_off_ranges;
+  absl::flat_hash_map<uint32_t, std::vector<const Candidate*>> singles;
+  for (const Candidate& candidate : candidates) {
+    if (candidate.target.single) {
+      singles[candidate.target.first].push_back(&candidate);
       continue;
     }
-    all_ranges.push_back(&c);
-    (c.layer == 2 ? pmu_ranges : c.layer == 1 ? dom_ranges : def_ranges).push_back(&c);
+    all_ranges.push_back(&candidate);
+    switch (candidate.layer) {
+      case RuleLayer::kDefault: default_ranges.push_back(&candidate); break;
+      case RuleLayer::kDomain: domain_ranges.push_back(&candidate); break;
+      case RuleLayer::kVpmuOff: vpmu_off_ranges.push_back(&candidate); break;
+    }
   }
-  std::vector<Seg> all = Sweep(all_ranges);
-  std::vector<Seg> dom = Sweep(dom_ranges);
-  std::vector<Seg> dft = Sweep(def_ranges);
-  std::vector<Seg> pmu = Sweep(pmu_ranges);
+  const RangeSegments ranges{Sweep(all_ranges), Sweep(domain_ranges),
+                             Sweep(default_ranges), Sweep(vpmu_off_ranges)};
 
   interned_.clear();
-  interned_.emplace(EntryKey(snap->entries_[0]), 0);
+  interned_.emplace(EntryKey(snapshot->entries_[0]), 0);
   std::vector<MsrIndex::Interval> intervals;
-  intervals.reserve(all.size());
-  for (const Seg& s : all) {
-    intervals.push_back({s.first, s.last, Intern(Materialize(s.d, *snap), snap.get())});
+  intervals.reserve(ranges.all.size());
+  for (const Segment& segment : ranges.all) {
+    intervals.push_back({segment.first, segment.last,
+                         Intern(Materialize(segment.decision, *snapshot), snapshot)});
   }
   std::vector<std::pair<uint32_t, uint32_t>> single_entries;
   single_entries.reserve(singles.size());
-  for (auto& [msr, list] : singles) {
-    std::sort(list.begin(), list.end(), MoreSpecific());
-    // Order: vpmu-off, domain singles, domain ranges, default singles,
-    // default ranges; the first that decides a half wins it.
-    std::vector<Decision> chain;
-    chain.push_back(At(pmu, msr));
-    for (const Cand* c : list) {
-      if (c->layer == 1) chain.push_back(Decision{c, c});
-    }
-    chain.push_back(At(dom, msr));
-    for (const Cand* c : list) {
-      if (c->layer == 0) chain.push_back(Decision{c, c});
-    }
-    chain.push_back(At(dft, msr));
-    Decision d;
-    for (const Decision& step : chain) {
-      if (d.read == nullptr && step.read != nullptr &&
-          step.read->rule->read() != ReadAction::ACTION_UNSPECIFIED) {
-        d.read = step.read;
-      }
-      if (d.write == nullptr && step.write != nullptr &&
-          step.write->rule->write() != WriteAction::ACTION_UNSPECIFIED) {
-        d.write = step.write;
-      }
-    }
-    single_entries.emplace_back(msr, Intern(Materialize(d, *snap), snap.get()));
+  for (auto& [msr, rules] : singles) {
+    const Decision decision = DecideSingle(msr, rules, ranges);
+    single_entries.emplace_back(msr, Intern(Materialize(decision, *snapshot), snapshot));
   }
-  snap->index_ = MsrIndex::Build(single_entries, std::move(intervals), 0);
-  return snap;
+  snapshot->index_ = MsrIndex::Build(single_entries, std::move(intervals), 0);
+  return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
+    uint32_t domid, const Layer* overlay, const std::string& overlay_path) {
+  auto snapshot = std::unique_ptr<DomainSnapshot>(new DomainSnapshot);
+  SetContext(domid, overlay, snapshot.get());
+  CompileUnknownMsr(overlay, overlay_path, snapshot.get());
+  CompileVpmuAndTsc(overlay, snapshot.get());
+  CompilePorts(overlay, snapshot.get());
+  CompileCpuid(overlay, overlay_path, snapshot.get());
+  RETURN_IF_ERROR(CompileMsrRules(overlay, overlay_path, snapshot.get()));
+  return snapshot;
+}
 
-uint32_t Compiler::Intern(const MsrEntry& e, DomainSnapshot* snap) {
-  auto [it, inserted] = interned_.emplace(EntryKey(e), static_cast<uint32_t>(snap->entries_.size()));
-  if (inserted) snap->entries_.push_back(e);
+uint32_t Compiler::Intern(const MsrEntry& entry, DomainSnapshot* snapshot) {
+  auto [it, inserted] =
+      interned_.emplace(EntryKey(entry), static_cast<uint32_t>(snapshot->entries_.size()));
+  if (inserted) snapshot->entries_.push_back(entry);
   return it->second;
 }
 

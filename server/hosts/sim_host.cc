@@ -46,147 +46,179 @@ std::string LeafText(uint32_t leaf, bool has_subleaf, uint32_t subleaf) {
                      : absl::StrFormat("leaf %#x (any subleaf)", leaf);
 }
 
+// An error about the profile: `where` names the file and the profile.
+template <typename... Parts>
+absl::Status ProfileError(absl::string_view where, const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", parts...));
+}
+
+// The profile's vendor and CPU count; on success the vendor's CPUID string.
+absl::StatusOr<absl::string_view> CheckVendorAndCpus(
+    const pvemu::v1::HostProfile& profile, absl::string_view where) {
+  if (profile.vendor() == pvemu::v1::VENDOR_UNSPECIFIED) {
+    return ProfileError(where, "sets no vendor; add e.g. 'vendor: INTEL' "
+                               "(INTEL, AMD, HYGON, CENTAUR or ZHAOXIN)");
+  }
+  absl::string_view vendor_id = x86::VendorCpuidString(policy::FromProto(profile.vendor()));
+  if (vendor_id.empty()) {
+    return ProfileError(where, "vendor ", static_cast<int>(profile.vendor()),
+                        " is not a known vendor");
+  }
+  if (profile.cpus() < 1) {
+    return ProfileError(where, "cpus is 0; a host has at least 1 CPU (e.g. 'cpus: 12')");
+  }
+  if (profile.cpus() > SimHost::kMaxCpus) {
+    return ProfileError(where, "cpus is ", profile.cpus(), "; at most ", SimHost::kMaxCpus,
+                        " are supported");
+  }
+  return vendor_id;
+}
+
+// One profile MSR, resolved.
+struct ListedMsr {
+  uint32_t index;
+  int entry;  // position in profile.msr()
+};
+
+// The profile's MSRs resolved and sorted by index; an MSR listed twice is an
+// error.
+absl::StatusOr<std::vector<ListedMsr>> ResolveMsrs(const pvemu::v1::HostProfile& profile,
+                                                   absl::string_view where) {
+  std::vector<ListedMsr> listed;
+  listed.reserve(profile.msr_size());
+  for (int i = 0; i < profile.msr_size(); ++i) {
+    const pvemu::v1::HostMsr& msr = profile.msr(i);
+    absl::StatusOr<uint32_t> index = x86::ParseMsr(msr.msr());
+    if (!index.ok()) {
+      return ProfileError(where, "msr[", i, "] '", msr.msr(), "': ", index.status().message());
+    }
+    listed.push_back({*index, i});
+  }
+  std::stable_sort(listed.begin(), listed.end(),
+                   [](const ListedMsr& a, const ListedMsr& b) { return a.index < b.index; });
+  for (size_t i = 1; i < listed.size(); ++i) {
+    if (listed[i].index == listed[i - 1].index) {
+      const ListedMsr& first = listed[i - 1];
+      const ListedMsr& again = listed[i];
+      return ProfileError(where, "msr[", again.entry, "] '", profile.msr(again.entry).msr(),
+                          "' lists MSR ", absl::StrFormat("%#x", again.index),
+                          " again (already msr[", first.entry, "] '",
+                          profile.msr(first.entry).msr(), "')");
+    }
+  }
+  return listed;
+}
+
+// The profile's CPUID entries: no leaf/subleaf twice, and a leaf 0 names
+// the profile's vendor.
+absl::Status CheckCpuidEntries(const pvemu::v1::HostProfile& profile,
+                               absl::string_view vendor_id, absl::string_view where) {
+  for (int i = 0; i < profile.cpuid_size(); ++i) {
+    const pvemu::v1::HostCpuid& entry = profile.cpuid(i);
+    for (int j = 0; j < i; ++j) {
+      const pvemu::v1::HostCpuid& other = profile.cpuid(j);
+      if (other.leaf() == entry.leaf() && other.has_subleaf() == entry.has_subleaf() &&
+          (!entry.has_subleaf() || other.subleaf() == entry.subleaf())) {
+        return ProfileError(where, "cpuid[", i, "] repeats ",
+                            LeafText(entry.leaf(), entry.has_subleaf(), entry.subleaf()),
+                            " (already cpuid[", j, "])");
+      }
+    }
+    if (entry.leaf() != 0) continue;
+    const emulator::CpuidRegs regs{entry.regs().eax(), entry.regs().ebx(),
+                                   entry.regs().ecx(), entry.regs().edx()};
+    if (VendorFromLeaf0(regs) != profile.vendor()) {
+      emulator::CpuidRegs expected;
+      SetLeaf0VendorString(vendor_id, &expected);
+      return ProfileError(where, "cpuid[", i, "] leaf 0 does not name the vendor '",
+                          vendor_id, "' (want ebx ",
+                          absl::StrFormat("%#x edx %#x ecx %#x", expected.ebx,
+                                          expected.edx, expected.ecx),
+                          "); drop the entry to derive it from 'vendor'");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SimHost>> SimHost::Create(
     const pvemu::v1::HostProfile& profile, absl::string_view source_name) {
   const std::string where =
       absl::StrCat(source_name, ": host profile '", profile.name(), "'");
-  auto error = [&where](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", parts...));
-  };
-
-  if (profile.vendor() == pvemu::v1::VENDOR_UNSPECIFIED) {
-    return error("sets no vendor; add e.g. 'vendor: INTEL' "
-                 "(INTEL, AMD, HYGON, CENTAUR or ZHAOXIN)");
-  }
-  absl::string_view vendor_id = x86::VendorCpuidString(policy::FromProto(profile.vendor()));
-  if (vendor_id.empty()) {
-    return error("vendor ", static_cast<int>(profile.vendor()),
-                 " is not a known vendor");
-  }
-  if (profile.cpus() < 1) {
-    return error("cpus is 0; a host has at least 1 CPU (e.g. 'cpus: 12')");
-  }
-  if (profile.cpus() > kMaxCpus) {
-    return error("cpus is ", profile.cpus(), "; at most ", kMaxCpus,
-                 " are supported");
-  }
-
+  ASSIGN_OR_RETURN(absl::string_view vendor_id, CheckVendorAndCpus(profile, where));
   auto host = std::unique_ptr<SimHost>(new SimHost());
   host->vendor_ = profile.vendor();
   host->description_ = absl::StrCat(
       "sim: ", profile.name().empty() ? source_name : profile.name());
   host->tsc_khz_ = profile.tsc_khz();
   host->cpus_ = profile.cpus();
+  RETURN_IF_ERROR(host->BuildMsrTable(profile, where));
+  RETURN_IF_ERROR(host->BuildCpuidTable(profile, vendor_id, where));
+  RETURN_IF_ERROR(host->BuildPortTable(profile, where));
+  return host;
+}
 
-  // MSRs: resolve, reject duplicates, sort by index for the binary search.
-  struct Listed {
-    uint32_t index;
-    int entry;  // position in profile.msr()
-  };
-  std::vector<Listed> listed;
-  listed.reserve(profile.msr_size());
-  for (int i = 0; i < profile.msr_size(); ++i) {
-    const pvemu::v1::HostMsr& m = profile.msr(i);
-    absl::StatusOr<uint32_t> index = x86::ParseMsr(m.msr());
-    if (!index.ok()) {
-      return error("msr[", i, "] '", m.msr(), "': ", index.status().message());
-    }
-    listed.push_back({*index, i});
-  }
-  std::stable_sort(listed.begin(), listed.end(),
-                   [](const Listed& a, const Listed& b) { return a.index < b.index; });
-  for (size_t i = 1; i < listed.size(); ++i) {
-    if (listed[i].index == listed[i - 1].index) {
-      const Listed& first = listed[i - 1];
-      const Listed& again = listed[i];
-      return error("msr[", again.entry, "] '", profile.msr(again.entry).msr(),
-                   "' lists MSR ", absl::StrFormat("%#x", again.index),
-                   " again (already msr[", first.entry, "] '",
-                   profile.msr(first.entry).msr(), "')");
-    }
-  }
+absl::Status SimHost::BuildMsrTable(const pvemu::v1::HostProfile& profile,
+                                    absl::string_view where) {
+  ASSIGN_OR_RETURN(const std::vector<ListedMsr> listed, ResolveMsrs(profile, where));
   const size_t n = listed.size();
-  host->msrs_.reserve(n);
-  host->values_ = std::make_unique<std::atomic<uint64_t>[]>(n * host->cpus_);
-  host->injected_ = std::make_unique<std::atomic<bool>[]>(n);
+  msrs_.reserve(n);
+  values_ = std::make_unique<std::atomic<uint64_t>[]>(n * cpus_);
+  injected_ = std::make_unique<std::atomic<bool>[]>(n);
   for (size_t i = 0; i < n; ++i) {
-    const pvemu::v1::HostMsr& m = profile.msr(listed[i].entry);
-    host->msrs_.push_back({listed[i].index, m.faults(), m.writable()});
-    host->msr_position_.emplace(listed[i].index, static_cast<uint32_t>(i));
-    for (uint32_t cpu = 0; cpu < host->cpus_; ++cpu) {
-      host->values_[i * host->cpus_ + cpu].store(m.value(),
-                                                 std::memory_order_relaxed);
+    const pvemu::v1::HostMsr& msr = profile.msr(listed[i].entry);
+    msrs_.push_back({listed[i].index, msr.faults(), msr.writable()});
+    msr_position_.emplace(listed[i].index, static_cast<uint32_t>(i));
+    for (uint32_t cpu = 0; cpu < cpus_; ++cpu) {
+      values_[i * cpus_ + cpu].store(msr.value(), std::memory_order_relaxed);
     }
-    host->injected_[i].store(false, std::memory_order_relaxed);
+    injected_[i].store(false, std::memory_order_relaxed);
   }
+  return absl::OkStatus();
+}
 
-  // CPUID: reject duplicates, check leaf 0 against the vendor, derive
-  // leaves 0 and 1 when missing.
+absl::Status SimHost::BuildCpuidTable(const pvemu::v1::HostProfile& profile,
+                                      absl::string_view vendor_id, absl::string_view where) {
+  RETURN_IF_ERROR(CheckCpuidEntries(profile, vendor_id, where));
   bool have_leaf0 = false;
   bool have_leaf1 = false;
   uint32_t max_basic_leaf = 0;
-  std::vector<std::pair<CpuidLeaf, int>> leaves;
-  for (int i = 0; i < profile.cpuid_size(); ++i) {
-    const pvemu::v1::HostCpuid& c = profile.cpuid(i);
-    CpuidLeaf leaf{c.leaf(), c.has_subleaf(), c.subleaf(),
-                   {c.regs().eax(), c.regs().ebx(), c.regs().ecx(),
-                    c.regs().edx()}};
-    for (const auto& [other, j] : leaves) {
-      if (other.leaf == leaf.leaf && other.has_subleaf == leaf.has_subleaf &&
-          (!leaf.has_subleaf || other.subleaf == leaf.subleaf)) {
-        return error("cpuid[", i, "] repeats ",
-                     LeafText(leaf.leaf, leaf.has_subleaf, leaf.subleaf),
-                     " (already cpuid[", j, "])");
-      }
-    }
-    if (leaf.leaf == 0) {
-      have_leaf0 = true;
-      pvemu::v1::Vendor named = VendorFromLeaf0(leaf.regs);
-      if (named != profile.vendor()) {
-        emulator::CpuidRegs expected;
-        SetLeaf0VendorString(vendor_id, &expected);
-        return error("cpuid[", i, "] leaf 0 does not name the vendor '",
-                     vendor_id, "' (want ebx ",
-                     absl::StrFormat("%#x edx %#x ecx %#x", expected.ebx,
-                                     expected.edx, expected.ecx),
-                     "); drop the entry to derive it from 'vendor'");
-      }
-    }
-    if (leaf.leaf == 1) have_leaf1 = true;
-    if (leaf.leaf < 0x80000000u) max_basic_leaf = std::max(max_basic_leaf, leaf.leaf);
-    leaves.emplace_back(leaf, i);
+  for (const pvemu::v1::HostCpuid& entry : profile.cpuid()) {
+    cpuid_.push_back(CpuidLeaf{entry.leaf(), entry.has_subleaf(), entry.subleaf(),
+                               {entry.regs().eax(), entry.regs().ebx(), entry.regs().ecx(),
+                                entry.regs().edx()}});
+    have_leaf0 |= entry.leaf() == 0;
+    have_leaf1 |= entry.leaf() == 1;
+    if (entry.leaf() < 0x80000000u) max_basic_leaf = std::max(max_basic_leaf, entry.leaf());
   }
-  for (auto& [leaf, i] : leaves) host->cpuid_.push_back(leaf);
+  // Derive leaves 0 and 1 when missing.
   if (!have_leaf0) {
     CpuidLeaf leaf0{0, false, 0, {}};
     // Without a profile leaf 1 the derived one below is the highest.
     leaf0.regs.eax = std::max<uint32_t>(max_basic_leaf, profile.family() ? 1 : 0);
     SetLeaf0VendorString(vendor_id, &leaf0.regs);
-    host->cpuid_.push_back(leaf0);
+    cpuid_.push_back(leaf0);
   }
   if (!have_leaf1 && profile.family() != 0) {
     absl::StatusOr<uint32_t> eax =
         Signature(profile.family(), profile.model(), profile.stepping());
-    if (!eax.ok()) return error(eax.status().message());
+    if (!eax.ok()) return ProfileError(where, eax.status().message());
     CpuidLeaf leaf1{1, false, 0, {}};
     leaf1.regs.eax = *eax;
-    host->cpuid_.push_back(leaf1);
+    cpuid_.push_back(leaf1);
   }
-  std::sort(host->cpuid_.begin(), host->cpuid_.end(),
-            [](const CpuidLeaf& a, const CpuidLeaf& b) {
-              return std::tie(a.leaf, a.has_subleaf, a.subleaf) <
-                     std::tie(b.leaf, b.has_subleaf, b.subleaf);
-            });
-  for (size_t i = host->cpuid_.size(); i-- > 0;) {
-    host->cpuid_first_[host->cpuid_[i].leaf] = static_cast<uint32_t>(i);
+  std::sort(cpuid_.begin(), cpuid_.end(), [](const CpuidLeaf& a, const CpuidLeaf& b) {
+    return std::tie(a.leaf, a.has_subleaf, a.subleaf) <
+           std::tie(b.leaf, b.has_subleaf, b.subleaf);
+  });
+  for (size_t i = cpuid_.size(); i-- > 0;) {
+    cpuid_first_[cpuid_[i].leaf] = static_cast<uint32_t>(i);
   }
-  if (absl::Status ports = host->AddPorts(profile, where); !ports.ok()) return ports;
-  return host;
+  return absl::OkStatus();
 }
 
-absl::Status SimHost::AddPorts(const pvemu::v1::HostProfile& profile, absl::string_view where) {
+absl::Status SimHost::BuildPortTable(const pvemu::v1::HostProfile& profile, absl::string_view where) {
   for (int i = 0; i < profile.port_size(); ++i) {
     const pvemu::v1::HostPort& p = profile.port(i);
     if (p.port() > 0xffff) {

@@ -82,8 +82,13 @@ class SimHost final : public emulator::Host {
 
   SimHost() = default;
 
+  // The phases of Create after the vendor and CPU count are checked; `where`
+  // starts every error message.
+  absl::Status BuildMsrTable(const pvemu::v1::HostProfile& profile, absl::string_view where);
+  absl::Status BuildCpuidTable(const pvemu::v1::HostProfile& profile,
+                               absl::string_view vendor_id, absl::string_view where);
   // Validates and indexes the profile's port devices.
-  absl::Status AddPorts(const pvemu::v1::HostProfile& profile, absl::string_view where);
+  absl::Status BuildPortTable(const pvemu::v1::HostProfile& profile, absl::string_view where);
 
   // Position of `index` in msrs_, or -1.
   int FindMsr(uint32_t index) const;
