@@ -91,6 +91,16 @@ JsonLine& JsonLine::Obj(absl::string_view key, const JsonLine& value) {
   return Set(key, value.Render());
 }
 
+JsonLine& JsonLine::StrList(absl::string_view key, const std::vector<std::string>& values) {
+  std::string json = "[";
+  for (const std::string& v : values) {
+    if (json.size() > 1) json.push_back(',');
+    json += JsonQuote(v);
+  }
+  json.push_back(']');
+  return Set(key, std::move(json));
+}
+
 std::string JsonLine::RenderMembers() const {
   std::string out;
   for (const auto& [key, json] : fields_) {

@@ -43,6 +43,7 @@ class JsonLine {
   JsonLine& Bool(absl::string_view key, bool value);
   JsonLine& Null(absl::string_view key);
   JsonLine& Obj(absl::string_view key, const JsonLine& value);
+  JsonLine& StrList(absl::string_view key, const std::vector<std::string>& values);
   // Prints the object on one line of stdout.
   void Print() const;
   // The object as JSON text ("{...}").

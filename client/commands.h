@@ -14,6 +14,7 @@ int RunEmulate(const Args& args);
 int RunImport(const Args& args);
 int RunReplay(const Args& args);    // --server: through the daemon
 int RunSuggest(const Args& args);
+int RunMsr(const Args& args);       // search TEXT: the MSR catalog
 
 // Online.
 int RunPolicy(const Args& args);    // get | apply | set-rule | delete-rule | diff

@@ -32,6 +32,8 @@ Offline commands (no daemon needed):
   import [--from=auto|kvm-dmesg|xen-console|ftrace] --out=FILE LOG...
   replay [--policy=FILE] [--host-profile=PROFILE] [--server=ADDR] [--progress] TRAPLOG...
   suggest LOG...                               draft a domain policy from a capture
+  msr search TEXT                              MSRs by name fragment (any alias) or
+                                               index, with the default policy's decisions
 
 Online commands (talk to pvemud, --server=ADDR, default $PVEMU_SERVER or
 unix:///run/pvemu/pvemu.sock):
@@ -56,8 +58,8 @@ struct CommandEntry {
 constexpr CommandEntry kCommands[] = {
     {"decode", RunDecode},   {"validate", RunValidate}, {"explain", RunExplain},
     {"emulate", RunEmulate}, {"import", RunImport},     {"replay", RunReplay},
-    {"suggest", RunSuggest}, {"policy", RunPolicy},     {"domains", RunDomains},
-    {"stats", RunStats},     {"watch", RunWatch},
+    {"suggest", RunSuggest}, {"msr", RunMsr},           {"policy", RunPolicy},
+    {"domains", RunDomains}, {"stats", RunStats},       {"watch", RunWatch},
 };
 
 // Sets one flag; returns a usage message on failure, "" on success.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -26,16 +27,28 @@ inline constexpr uint32_t kVendorZhaoxin = 1u << 4;
 // The bit of one vendor; 0 for Vendor::kUnspecified.
 uint32_t VendorBit(Vendor vendor);
 
+// Bits of MsrInfo::headers: which operating system's msr-index.h defines
+// the row's name (Linux arch/x86/include/asm/msr-index.h, Xen
+// xen/arch/x86/include/asm/msr-index.h). 0 for names taken from the Intel SDM,
+// the AMD APM/BKDGs/PPRs or other sources.
+inline constexpr uint32_t kNameFromLinux = 1u << 0;
+inline constexpr uint32_t kNameFromXen = 1u << 1;
+
 // One catalog row. An index may have several rows (aliases: "IA32_EFER" and
-// "MSR_EFER"); the first is canonical.
+// "MSR_EFER"); the first is canonical: the SDM/APM name where there is one,
+// else the Linux or Xen name.
 struct MsrInfo {
   uint32_t index;
   absl::string_view name;
-  uint32_t vendors;  // kVendor* bits of the CPUs that implement it
+  uint32_t vendors;      // kVendor* bits of the CPUs that implement it
+  uint32_t headers = 0;  // kNameFrom* bits: where the name comes from
 };
 
 // Every row, in table order.
 absl::Span<const MsrInfo> MsrCatalog();
+
+// Every row of an index, canonical first; empty for an unknown index.
+std::vector<const MsrInfo*> MsrRows(uint32_t index);
 
 // The canonical row of an index, or nullptr.
 const MsrInfo* FindMsr(uint32_t index);

@@ -49,6 +49,10 @@ TEST(CliTest, UsageErrorsExitTwoAndSayWhat) {
       {"policy frob", "unknown policy command 'frob'"},
       {"domains extra", "domains takes no arguments"},
       {"decode --timeout", "--timeout needs a value"},
+      {"msr", "msr needs a subcommand: msr search TEXT"},
+      {"msr find IA32_TSC", "msr needs a subcommand"},
+      {"msr search", "msr search needs one TEXT"},
+      {"msr search IA32_TSC IA32_PAT", "msr search needs one TEXT"},
   };
   for (const Case& c : cases) {
     CliRun r = Pvemuctl(c.args);
@@ -242,6 +246,69 @@ TEST(CliTest, HostProfileIsAShippedNameOrAFile) {
   CliRun both = Pvemuctl(emulate + "--host=amd-epyc-7443p --host-profile=intel-xeon-e-2136");
   EXPECT_EQ(both.status, 2) << both.output;
   EXPECT_THAT(both.output, HasSubstr("name different profiles"));
+}
+
+// Issue 20: `pvemuctl msr search`, and the Linux/Xen names operators use.
+TEST(CliMsrTest, SearchByFragmentListsEveryMsrWhoseNameContainsIt) {
+  CliRun r = Pvemuctl("msr search energy_perf");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("0x1b0 IA32_ENERGY_PERF_BIAS\n"
+                                  "  aliases: MSR_IA32_ENERGY_PERF_BIAS\n"
+                                  "  vendors: intel\n"
+                                  "  default policy, domain 1: intel host: read "));
+  EXPECT_THAT(r.output, HasSubstr("; amd host: read ZERO, write "));
+
+  // One JSON line per MSR, by index; the fragment matches aliases too.
+  CliRun json = Pvemuctl("-o json msr search pkgc");
+  EXPECT_EQ(json.status, 0) << json.output;
+  std::vector<std::string> lines = absl::StrSplit(json.output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << json.output;
+  EXPECT_THAT(lines[0], ::testing::StartsWith("{\"index\":\"0x60a\",\"name\":\"MSR_PKGC3_IRTL\","));
+  EXPECT_THAT(lines[5], ::testing::StartsWith("{\"index\":\"0x635\",\"name\":\"MSR_PKGC10_IRTL\","));
+}
+
+TEST(CliMsrTest, SearchByIndexDecimalOrHexGivesTheSameFixedKeyOrderLine) {
+  CliRun hex = Pvemuctl("-o json msr search 0x4c1");
+  CliRun dec = Pvemuctl("-o json msr search 1217");
+  EXPECT_EQ(hex.status, 0) << hex.output;
+  EXPECT_EQ(hex.output, dec.output);
+  EXPECT_THAT(hex.output,
+              ::testing::MatchesRegex(
+                  "\\{\"index\":\"0x4c1\",\"name\":\"IA32_A_PMC0\","
+                  "\"aliases\":\\[\"MSR_IA32_PMC0\",\"MSR_IA32_A_PERFCTR0\"\\],"
+                  "\"vendors\":\\[\"intel\"\\],"
+                  "\"default\":\\{\"intel\":\\{\"read\":\"[A-Z]+\",\"write\":\"[A-Z]+\"\\},"
+                  "\"amd\":\\{\"read\":\"[A-Z]+\",\"write\":\"[A-Z]+\"\\}\\}\\}\n"));
+}
+
+TEST(CliMsrTest, SearchByLinuxOrXenAliasShowsTheSdmName) {
+  // Linux's MSR_IA32_PMC0 is IA32_A_PMC0 (0x4c1), not IA32_PMC0 (0xc1).
+  CliRun linux_name = Pvemuctl("-o json msr search MSR_IA32_PMC0");
+  EXPECT_EQ(linux_name.status, 0) << linux_name.output;
+  EXPECT_THAT(linux_name.output, HasSubstr("\"index\":\"0x4c1\",\"name\":\"IA32_A_PMC0\""));
+  EXPECT_THAT(linux_name.output, ::testing::Not(HasSubstr("\"index\":\"0xc1\"")));
+
+  CliRun xen_name = Pvemuctl("msr search msr_k8_tseg_base");
+  EXPECT_EQ(xen_name.status, 0) << xen_name.output;
+  EXPECT_THAT(xen_name.output, HasSubstr("0xc0010112 MSR_K8_TSEG_ADDR\n"
+                                         "  aliases: MSR_K8_TSEG_BASE\n"
+                                         "  vendors: amd, hygon\n"));
+
+  // explain takes the same names.
+  CliRun explain =
+      Pvemuctl("explain --host-vendor=intel --domain=1 --msr=MSR_IA32_ENERGY_PERF_BIAS");
+  EXPECT_EQ(explain.status, 0) << explain.output;
+  EXPECT_THAT(explain.output, HasSubstr("msr 0x1b0 (IA32_ENERGY_PERF_BIAS)"));
+}
+
+TEST(CliMsrTest, SearchWithoutAMatchExitsOneAndSuggests) {
+  CliRun r = Pvemuctl("msr search IA32_ENERGY_PERF_BAIS");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no MSR matches 'IA32_ENERGY_PERF_BAIS'"));
+  EXPECT_THAT(r.output, HasSubstr("nearest name: IA32_ENERGY_PERF_BIAS"));
+  CliRun index = Pvemuctl("msr search 0x12345678");
+  EXPECT_EQ(index.status, 1) << index.output;
+  EXPECT_THAT(index.output, HasSubstr("no MSR matches '0x12345678'"));
 }
 
 }  // namespace
