@@ -1,12 +1,7 @@
 #include "client/offline.h"
 
-#include <filesystem>
-
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "client/flags.h"
-#include "policy/loader.h"
 #include "policy/shipped.h"
 #include "server/hosts/open_host.h"
 #include "base/status_macros.h"
@@ -21,17 +16,7 @@ absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
 absl::StatusOr<std::unique_ptr<policy::Store>> StoreFromFlags(v1::Vendor vendor) {
   std::string name = absl::GetFlag(FLAGS_policy);
   if (name.empty()) name = "default";
-  absl::StatusOr<policy::LoadedPolicy> loaded;
-  absl::string_view shipped = policy::ShippedPolicy(name);
-  if (!std::filesystem::exists(name) && !shipped.empty()) {
-    loaded = policy::ParsePolicy(shipped, absl::StrCat(name, ".textproto"));
-  } else if (std::filesystem::exists(name)) {
-    loaded = policy::LoadPolicyFile(name);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--policy=", name, ": neither a file nor a shipped policy (",
-        absl::StrJoin(policy::ShippedPolicyNames(), ", "), ")"));
-  }
+  absl::StatusOr<policy::LoadedPolicy> loaded = policy::LoadPolicyByNameOrFile(name);
   if (!loaded.ok()) return loaded.status();
   return policy::Store::FromPolicy(loaded->policy, loaded->source, vendor);
 }

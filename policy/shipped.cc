@@ -1,5 +1,10 @@
 #include "policy/shipped.h"
 
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/data_files.h"
 #include "base/embedded_files.h"
 
 namespace pvemu::policy {
@@ -14,6 +19,22 @@ absl::string_view ShippedPolicy(absl::string_view name) {
 
 std::vector<absl::string_view> ShippedPolicyNames() {
   return base::EmbeddedNames({kShippedPolicies, kShippedPolicies_count});
+}
+
+absl::StatusOr<LoadedPolicy> LoadPolicyByNameOrFile(const std::string& name_or_path) {
+  if (std::filesystem::exists(name_or_path) || absl::StrContains(name_or_path, '/') ||
+      absl::EndsWith(name_or_path, ".textproto")) {
+    return LoadPolicyFile(name_or_path);
+  }
+  const absl::Span<const base::EmbeddedFile> shipped(kShippedPolicies, kShippedPolicies_count);
+  std::optional<base::NamedFile> named = base::FindNamedFile(shipped, "policies", name_or_path);
+  if (!named.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--policy=", name_or_path, ": neither a file nor a shipped policy (",
+        base::KnownNames(shipped, "policies"), ")"));
+  }
+  return ParsePolicy(named->text,
+                     named->path.empty() ? absl::StrCat(name_or_path, ".textproto") : named->path);
 }
 
 }  // namespace pvemu::policy

@@ -221,7 +221,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir,
   Policy policy;
   SourceMap source("<none>");
   if (!initial_policy_path.empty()) {
-    ASSIGN_OR_RETURN(LoadedPolicy loaded, LoadPolicyFile(initial_policy_path));
+    ASSIGN_OR_RETURN(LoadedPolicy loaded, LoadPolicyByNameOrFile(initial_policy_path));
     policy = std::move(loaded.policy);
     source = std::move(loaded.source);
   } else {

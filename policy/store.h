@@ -66,7 +66,8 @@ using EditListener = std::function<void(const EditEvent&)>;
 class Store {
  public:
   // Loads state_dir/policy.textproto if present and good, else
-  // policy.textproto.prev, else `initial_policy_path` (if not empty), else the
+  // policy.textproto.prev, else `initial_policy_path` (if not empty: a file or
+  // a policy's name, LoadPolicyByNameOrFile in policy/shipped.h), else the
   // shipped default. Problems with state files are appended to `warnings`
   // (may be null) for the daemon to log; an invalid initial policy is an
   // error. A missing `state_dir` is created (one level, mode 0750); an empty

@@ -135,10 +135,16 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   listen_ = options.listen;
   state_dir_ = options.state_dir;
   host_writes_ = options.allow_host_writes;
+  const bool activated = options.listen_fd >= 0;
   const std::string socket_path = UnixSocketPath(options.listen);
   const bool tls = !options.tls_cert.empty() || !options.tls_key.empty() ||
                    !options.tls_client_ca.empty();
-  if (socket_path.empty() && !tls) {
+  if (activated && tls) {
+    return absl::InvalidArgumentError(
+        "--tls-* flags apply to TCP listening; the socket systemd passed is a Unix "
+        "socket, authenticated by SO_PEERCRED: drop the --tls-* flags");
+  }
+  if (socket_path.empty() && !tls && !activated) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen=", options.listen,
         " is TCP; pvemud serves TCP only over TLS with client certificates: give "
@@ -211,6 +217,9 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
     RETURN_IF_ERROR(ReadFileToString(options.tls_client_ca, &ssl.pem_root_certs));
     ssl.pem_key_cert_pairs.push_back(pair);
     builder.AddListeningPort(options.listen, grpc::SslServerCredentials(ssl), &tcp_port);
+  } else if (activated) {
+    ASSIGN_OR_RETURN(listener_, UnixListener::Adopt(options.listen_fd));
+    listen_ = absl::StrCat("unix://", listener_->path(), " (from systemd)");
   } else {
     ASSIGN_OR_RETURN(listener_, UnixListener::Bind(socket_path, options.socket_mode));
   }

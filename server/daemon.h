@@ -16,6 +16,9 @@ struct DaemonOptions {
   std::string host = "sim";          // sim | xen | linux
   std::string host_profile;          // sim: a shipped profile name or a file (OpenSimHost)
   std::string listen = "unix:///run/pvemu/pvemu.sock";
+  // A listening Unix socket to serve on instead of binding `listen` (systemd
+  // socket activation: server/systemd.h); -1 = bind `listen`.
+  int listen_fd = -1;
   std::string state_dir = "/var/lib/pvemu";
   std::string policy;                // initial policy file; "" = shipped default
   std::string readers;               // allow lists (server/auth.h syntax)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -105,18 +106,67 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(
     unlink(path.c_str());
     return status;
   }
+  absl::StatusOr<std::unique_ptr<UnixListener>> listener = Make(path, fd, true);
+  if (!listener.ok()) unlink(path.c_str());
+  return listener;
+}
+
+absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Adopt(int fd) {
+  const std::string what = absl::StrCat("the socket passed as fd ", fd, " (LISTEN_FDS)");
+  auto refuse = [&](absl::string_view why) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " ", why, "; pvemud.socket must pass one listening Unix stream socket "
+        "(ListenStream=/path, Accept=no)"));
+  };
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " is not open: ", std::strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode)) return refuse("is not a socket");
+  int family = 0, type = 0, listening = 0;
+  socklen_t len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) != 0 || family != AF_UNIX) {
+    return refuse(absl::StrCat("is not a Unix socket (family ", family, ")"));
+  }
+  len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
+    return refuse(absl::StrCat("is not a stream socket (type ", type, ")"));
+  }
+  len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0) {
+    return refuse("is not listening (a connection, as Accept=yes passes?)");
+  }
+  sockaddr_un addr{};
+  socklen_t addr_len = sizeof(addr);
+  std::string path = absl::StrCat("fd ", fd);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) == 0 &&
+      addr_len > offsetof(sockaddr_un, sun_path) && addr.sun_path[0] != 0) {
+    path.assign(addr.sun_path, strnlen(addr.sun_path, sizeof(addr.sun_path)));
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return Make(std::move(path), fd, false);
+}
+
+absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Make(std::string path, int fd,
+                                                                 bool owns_path) {
   int wake[2];
   if (pipe2(wake, O_CLOEXEC) != 0) {
     absl::Status status = Errno("pipe for", path);
     close(fd);
-    unlink(path.c_str());
     return status;
   }
-  return std::unique_ptr<UnixListener>(new UnixListener(path, fd, wake[0], wake[1]));
+  return std::unique_ptr<UnixListener>(
+      new UnixListener(std::move(path), fd, wake[0], wake[1], owns_path));
 }
 
-UnixListener::UnixListener(std::string path, int fd, int wake_read, int wake_write)
-    : path_(std::move(path)), fd_(fd), wake_read_(wake_read), wake_write_(wake_write) {}
+UnixListener::UnixListener(std::string path, int fd, int wake_read, int wake_write,
+                           bool owns_path)
+    : path_(std::move(path)),
+      fd_(fd),
+      owns_path_(owns_path),
+      wake_read_(wake_read),
+      wake_write_(wake_write) {}
 
 UnixListener::~UnixListener() {
   Stop();
@@ -134,7 +184,7 @@ void UnixListener::Stop() {
   char byte = 0;
   (void)!write(wake_write_, &byte, 1);
   if (thread_.joinable()) thread_.join();
-  unlink(path_.c_str());
+  if (owns_path_) unlink(path_.c_str());
 }
 
 void UnixListener::AcceptLoop(grpc::Server* server, PeerTable* peers) {

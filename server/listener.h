@@ -29,21 +29,31 @@ class UnixListener {
   // sets the socket's mode to `mode` and listens.
   static absl::StatusOr<std::unique_ptr<UnixListener>> Bind(
       const std::string& path, unsigned mode);
+  // Serves on `fd`, a socket someone else bound and listens on (systemd's
+  // socket activation, server/systemd.h), after checking that it is a
+  // listening AF_UNIX SOCK_STREAM socket; FailedPrecondition saying what it
+  // is otherwise. Takes `fd` over; Stop() leaves the socket file in place
+  // (it belongs to pvemud.socket).
+  static absl::StatusOr<std::unique_ptr<UnixListener>> Adopt(int fd);
   ~UnixListener();
 
   // Starts accepting in a thread; every connection goes to `server`.
   void Start(grpc::Server* server, PeerTable* peers);
-  // Stops accepting and removes the socket file. Idempotent.
+  // Stops accepting and removes the socket file it bound. Idempotent.
   void Stop();
 
   const std::string& path() const { return path_; }
 
  private:
-  UnixListener(std::string path, int fd, int wake_read, int wake_write);
+  UnixListener(std::string path, int fd, int wake_read, int wake_write, bool owns_path);
+  // Takes `fd` (closed on failure) and makes the wake pipe.
+  static absl::StatusOr<std::unique_ptr<UnixListener>> Make(std::string path, int fd,
+                                                            bool owns_path);
   void AcceptLoop(grpc::Server* server, PeerTable* peers);
 
   std::string path_;
   int fd_;
+  bool owns_path_;  // bound here: Stop() unlinks it
   int wake_read_;   // a pipe, so Stop() can interrupt poll()
   int wake_write_;
   std::thread thread_;

@@ -11,8 +11,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "x86/msr_catalog.h"
 #include "server/daemon.h"
+#include "server/systemd.h"
 
 ABSL_FLAG(std::string, host, "sim", "host backend: sim | xen | linux");
 ABSL_FLAG(std::string, host_profile, "",
@@ -110,6 +112,14 @@ int main(int argc, char** argv) {
     options.monitor_msrs.push_back(*msr);
   }
 
+  // Socket activation (pvemud.socket): serve on the socket systemd passed.
+  absl::StatusOr<int> listen_fd = pvemu::server::SystemdListenFd();
+  if (!listen_fd.ok()) {
+    std::fprintf(stderr, "pvemud: %s\n", std::string(listen_fd.status().message()).c_str());
+    return 1;
+  }
+  options.listen_fd = *listen_fd;
+
   std::vector<std::string> warnings;
   auto daemon = pvemu::server::Daemon::Start(options, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "pvemud: warning: %s\n", w.c_str());
@@ -117,11 +127,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pvemud: %s\n", std::string(daemon.status().message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "%s\n", (*daemon)->ReadyMessage().c_str());
+  const std::string ready = (*daemon)->ReadyMessage();
+  std::fprintf(stderr, "%s\n", ready.c_str());
+  // Type=notify: the socket answers and the policy is loaded.
+  pvemu::server::NotifyReady(absl::StripPrefix(ready, "pvemud: "));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "pvemud: %s, stopping\n", strsignal(signal_number));
+  pvemu::server::NotifyStopping();
   (*daemon)->Shutdown();
   std::fprintf(stderr, "pvemud: stopped\n");
   return 0;

@@ -1,5 +1,6 @@
 #include "server/hosts/open_host.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/hosts/profiles.h"
+#include "base/data_files.h"
 #include "base/status_macros.h"
 #include "base/textproto.h"
 #include "pvemu/v1/host.pb.h"
@@ -32,16 +34,17 @@ absl::StatusOr<std::unique_ptr<SimHost>> OpenSimHost(absl::string_view profile) 
   pvemu::v1::HostProfile parsed;
   std::string source;
   if (IsHostProfileName(profile)) {
-    absl::string_view text = ShippedProfile(profile);
-    if (text.empty()) {
+    const absl::Span<const base::EmbeddedFile> shipped = ShippedProfileTable();
+    std::optional<base::NamedFile> named = base::FindNamedFile(shipped, "profiles", profile);
+    if (!named.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown host profile '", profile, "'; the shipped profiles are ",
-          absl::StrJoin(ShippedProfileNames(), ", "),
+          base::KnownNames(shipped, "profiles"),
           "; a profile file works too: give its path (one with a '/' or ending in "
           ".textproto, e.g. ./", profile, ")"));
     }
-    source = absl::StrCat("shipped:", profile);
-    RETURN_IF_ERROR(ParseTextProto(text, source, &parsed));
+    source = named->path.empty() ? absl::StrCat("shipped:", profile) : named->path;
+    RETURN_IF_ERROR(ParseTextProto(named->text, source, &parsed));
   } else {
     source = std::string(profile);
     RETURN_IF_ERROR(ParseTextProtoFile(source, &parsed));

@@ -34,8 +34,10 @@ bool IsHostProfileName(absl::string_view profile);
 
 // A sim host on `profile`, the one way pvemud and pvemuctl name a host
 // profile: a shipped profile's name ("amd-epyc-7443p", see
-// ShippedProfileNames()) or the path of a HostProfile textproto file
-// (IsHostProfileName); "" is the shipped default, intel-xeon-e-2136.
+// ShippedProfileNames()) or one installed as
+// DATADIR/pvemu/profiles/NAME.textproto (base/data_files.h), or the path of a
+// HostProfile textproto file (IsHostProfileName); "" is the shipped default,
+// intel-xeon-e-2136.
 // InvalidArgument for an unknown name (listing the shipped names and saying
 // that a path works too); a file's own errors name the file (NotFound for a
 // missing one); SimHost::Create's errors otherwise.

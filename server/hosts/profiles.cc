@@ -8,12 +8,16 @@ namespace pvemu::server {
 extern const base::EmbeddedFile kShippedProfiles[];
 extern const size_t kShippedProfiles_count;
 
+absl::Span<const base::EmbeddedFile> ShippedProfileTable() {
+  return {kShippedProfiles, kShippedProfiles_count};
+}
+
 absl::string_view ShippedProfile(absl::string_view name) {
-  return base::FindEmbedded({kShippedProfiles, kShippedProfiles_count}, name);
+  return base::FindEmbedded(ShippedProfileTable(), name);
 }
 
 std::vector<absl::string_view> ShippedProfileNames() {
-  return base::EmbeddedNames({kShippedProfiles, kShippedProfiles_count});
+  return base::EmbeddedNames(ShippedProfileTable());
 }
 
 }  // namespace pvemu::server

@@ -472,42 +472,6 @@ TEST_F(ServicesTest, HealthAndReflectionAnswerStandardClients) {
   }
 }
 
-// Runs pvemuctl as another user against the daemon and returns its exit
-// status and stderr.
-std::pair<int, std::string> RunAs(uid_t uid, const std::vector<std::string>& args) {
-  // The build tree may sit below a directory other users cannot enter, so
-  // the other user runs a copy from a world-readable temp dir.
-  const std::string bin_dir = MakeTempDir();
-  chmod(bin_dir.c_str(), 0755);
-  std::string pvemuctl = bin_dir + "/pvemuctl";
-  std::filesystem::copy_file(std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/client/pvemuctl",
-                             pvemuctl);
-  chmod(pvemuctl.c_str(), 0755);
-  std::string err_path = MakeTempDir() + "/stderr";
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (std::freopen(err_path.c_str(), "w", stderr) == nullptr ||
-        std::freopen("/dev/null", "w", stdout) == nullptr) {
-      _exit(97);
-    }
-    if (setgid(uid) != 0 || setuid(uid) != 0) _exit(99);
-    std::vector<char*> argv;
-    argv.push_back(pvemuctl.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(pvemuctl.c_str(), argv.data());
-    _exit(98);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream in(err_path);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  std::filesystem::remove_all(std::filesystem::path(err_path).parent_path());
-  std::filesystem::remove_all(bin_dir);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
-}
-
 // --host-profile takes a shipped profile's name or a file's path.
 TEST_F(ServicesTest, HostProfileIsAShippedNameOrAFile) {
   options_.host_profile = "amd-epyc-7443p";
