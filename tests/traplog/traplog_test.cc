@@ -1379,6 +1379,33 @@ TEST(CheckExpectationTest, InValueIsMaskedToTheOperandWidth) {
   }
 }
 
+// The value's width is the decoder's operand size: REX.W takes precedence
+// over 66 and IN has no 64-bit form, so 66 48 ED in 64-bit mode is
+// "in eax, dx" (emulator::Decode), not the 16-bit IN that 66 alone selects.
+TEST(CheckExpectationTest, InWithRexWAnd66IsA32BitIn) {
+  const std::string insn("\x66\x48\xed", 3);
+  v1::TrapRecord r = Rec(insn, v1::MODE_64);
+  r.mutable_expect()->set_kind(v1::Outcome::COMPLETED);
+  r.mutable_expect()->set_value(0x11223344);
+  std::string diff;
+  EXPECT_THAT(CheckExpectation(r, Completed(0xaa11223344ull, 0), &diff),
+              IsOk());
+  EXPECT_EQ(diff, "");
+  absl::StatusOr<Trap> trap = TrapFromProto(r.trap());
+  ASSERT_THAT(trap, IsOk());
+  Outcome completed(trap->regs);
+  completed.kind = OutcomeKind::kCompleted;
+  completed.regs.gpr[kRax] = 0xaa11223344ull;
+  EXPECT_THAT(CheckExpectation(ExpectedOutcomeFromProto(r.expect()), *trap,
+                               completed),
+              IsOk());
+  r.mutable_expect()->set_value(0x3344);  // what a 16-bit IN would read
+  EXPECT_THAT(CheckExpectation(r, Completed(0xaa11223344ull, 0), &diff),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "expected COMPLETED value=0x3344, got COMPLETED "
+                       "rax=0xaa11223344"));
+}
+
 TEST(CheckExpectationTest, CpuidComparesTheFourRegisters) {
   v1::TrapRecord r = Rec(absl::string_view("\x0f\xa2", 2));
   r.mutable_expect()->set_kind(v1::Outcome::COMPLETED);
