@@ -41,7 +41,7 @@ struct DispatchOptions {
 // which is why capture is off unless asked for (one pointer test per trap).
 class TrapCapture {
  public:
-  // Opens `path` (.traps or .textproto, see emulator/traplog.h).
+  // Opens `path` (.traps or .textproto, see traplog/encoding.h).
   static absl::StatusOr<std::unique_ptr<TrapCapture>> Open(const std::string& path);
   ~TrapCapture();
   void Record(const emulator::Trap& trap, const emulator::Outcome& outcome,
