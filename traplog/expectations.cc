@@ -6,10 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "emulator/decoder.h"
 #include "emulator/trap_convert.h"
 
 namespace pvemu::traplog {
 
+using emulator::DecodeError;
+using emulator::DecodeInto;
+using emulator::Instruction;
 using emulator::kRax;
 using emulator::kRbx;
 using emulator::kRcx;
@@ -44,51 +48,41 @@ namespace {
 // What the expected `value` is read from.
 enum class ValueSource { kNone, kRdmsr, kCpuid, kIn8, kIn16, kIn32 };
 
-// A deliberately tiny look at the bytes: skip legacy prefixes and REX, then
-// recognise the few opcodes whose result a log can record. The decoder is
-// the authority on instructions; this only needs to know where to look.
-ValueSource SourceFromBytes(absl::string_view insn, bool is64, bool default16) {
-  bool opsize = false;
-  size_t i = 0;
-  for (; i < insn.size(); ++i) {
-    uint8_t b = static_cast<uint8_t>(insn[i]);
-    if (b == 0x66) {
-      opsize = true;
-    } else if (b == 0x67 || b == 0xf0 || b == 0xf2 || b == 0xf3 || b == 0x2e ||
-               b == 0x36 || b == 0x3e || b == 0x26 || b == 0x64 || b == 0x65) {
-      // other legacy prefixes do not change what is read
-    } else if (is64 && (b & 0xf0) == 0x40) {
-      // REX: IN has no 64-bit form, RDMSR/CPUID ignore REX.W
-    } else {
-      break;
-    }
+// What a decoded instruction's result is read from. The decoder is the one
+// authority on instructions: its kind and operand size (IN: 8, 16 or 32;
+// REX.W does not widen it) say where the value is.
+ValueSource SourceOf(emulator::InsnKind kind, int operand_size) {
+  switch (kind) {
+    case emulator::InsnKind::kRdmsr:
+      return ValueSource::kRdmsr;
+    case emulator::InsnKind::kCpuid:
+      return ValueSource::kCpuid;
+    case emulator::InsnKind::kIn:
+      return operand_size == 8    ? ValueSource::kIn8
+             : operand_size == 16 ? ValueSource::kIn16
+                                  : ValueSource::kIn32;
+    default:
+      return ValueSource::kNone;
   }
-  if (i >= insn.size()) return ValueSource::kNone;
-  uint8_t op = static_cast<uint8_t>(insn[i]);
-  if (op == 0xe4 || op == 0xec) return ValueSource::kIn8;
-  if (op == 0xe5 || op == 0xed) {
-    return (default16 != opsize) ? ValueSource::kIn16 : ValueSource::kIn32;
-  }
-  if (op == 0x0f && i + 1 < insn.size()) {
-    uint8_t op2 = static_cast<uint8_t>(insn[i + 1]);
-    if (op2 == 0x32) return ValueSource::kRdmsr;
-    if (op2 == 0xa2) return ValueSource::kCpuid;
-  }
-  return ValueSource::kNone;
 }
 
+// emulator::DecodeInto of the trap's bytes; kNone when they do not decode.
+ValueSource SourceFromBytes(absl::string_view insn, Mode mode) {
+  Instruction decoded;
+  uint8_t error_offset;
+  if (DecodeInto(reinterpret_cast<const uint8_t*>(insn.data()), insn.size(),
+                 mode, &decoded, &error_offset) != DecodeError::kOk) {
+    return ValueSource::kNone;
+  }
+  return SourceOf(decoded.kind, decoded.operand_size);
+}
+
+// The instruction message the emulator filled in (InstructionToProto).
 ValueSource SourceFromInstruction(const v1::Instruction& insn) {
   if (insn.mnemonic() == "rdmsr") return ValueSource::kRdmsr;
   if (insn.mnemonic() == "cpuid") return ValueSource::kCpuid;
   if (insn.mnemonic() == "in") {
-    switch (insn.operand_size()) {
-      case 8:
-        return ValueSource::kIn8;
-      case 16:
-        return ValueSource::kIn16;
-      default:
-        return ValueSource::kIn32;
-    }
+    return SourceOf(emulator::InsnKind::kIn, insn.operand_size());
   }
   return ValueSource::kNone;
 }
@@ -108,13 +102,12 @@ std::string BytesHex(absl::string_view bytes) {
 struct InsnRef {
   bool use_bytes = false;  // learn from bytes (else from `decoded`)
   absl::string_view bytes;
-  bool is64 = false;
-  bool default16 = false;
+  Mode mode = Mode::k64;
   const v1::Instruction* decoded = nullptr;  // the fallback; may be null
 
   ValueSource Source() const {
     ValueSource src = ValueSource::kNone;
-    if (use_bytes) src = SourceFromBytes(bytes, is64, default16);
+    if (use_bytes) src = SourceFromBytes(bytes, mode);
     if (src == ValueSource::kNone && decoded != nullptr) {
       src = SourceFromInstruction(*decoded);
     }
@@ -281,12 +274,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status Check(const ExpectedOutcome& e,
 
 absl::Status CheckExpectation(const v1::TrapRecord& record,
                               const v1::Outcome& outcome, std::string* diff) {
-  const v1::CpuMode mode = record.trap().mode();
   InsnRef insn;
   insn.use_bytes = true;
   insn.bytes = record.trap().insn();
-  insn.is64 = mode == v1::MODE_64 || mode == v1::CPU_MODE_UNSPECIFIED;
-  insn.default16 = mode == v1::MODE_REAL || mode == v1::MODE_16;
+  insn.mode = emulator::ModeFromProto(record.trap().mode());
   insn.decoded = &outcome.instruction();
   return Check(ExpectedOutcomeFromProto(record.expect()),
                ObservedFromProto(outcome), insn, diff);
@@ -306,8 +297,7 @@ absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
   insn.use_bytes = true;
   insn.bytes = absl::string_view(reinterpret_cast<const char*>(trap.insn),
                                  trap.insn_len);
-  insn.is64 = trap.mode == Mode::k64;
-  insn.default16 = trap.mode == Mode::kReal || trap.mode == Mode::k16;
+  insn.mode = trap.mode;
   return Check(expect, ObservedFromStruct(outcome), insn, nullptr);
 }
 

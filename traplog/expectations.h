@@ -48,8 +48,9 @@ ExpectedOutcome ExpectedOutcomeFromProto(const pvemu::v1::Expectation& expect);
 // cannot be checked (a `value` for an instruction that reads none) is
 // InvalidArgument.
 //
-// This form learns the instruction from `record.trap` (its bytes and mode),
-// which is how replay calls it; the decoder is not needed for that.
+// The instruction is emulator::Decode's reading of `record.trap` (its bytes
+// and mode), so the value's width is the decoder's operand size; when the
+// bytes do not decode, `outcome.instruction()` is used instead.
 absl::Status CheckExpectation(const pvemu::v1::TrapRecord& record,
                               const pvemu::v1::Outcome& outcome,
                               std::string* diff);
@@ -62,8 +63,8 @@ absl::Status CheckExpectation(const pvemu::v1::Expectation& expect,
 
 // The same on the trap-path structs, for replaying millions of records; it
 // allocates nothing on a match. Learns the instruction from `trap` (its
-// bytes and mode) only: there is no decoded instruction to fall back on when
-// the bytes are not RDMSR, CPUID or IN.
+// bytes and mode, through emulator::DecodeInto) only: there is no decoded
+// instruction to fall back on when the bytes are not RDMSR, CPUID or IN.
 // Otherwise its statuses and messages are the record form's for the
 // equivalent messages (one implementation).
 absl::Status CheckExpectation(const ExpectedOutcome& expect,
