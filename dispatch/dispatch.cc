@@ -9,7 +9,7 @@
 #include "emulator/emulate.h"
 #include "emulator/emulate_inl.h"
 #include "emulator/trap_convert.h"
-#include "traplog/traplog.h"
+#include "traplog/writer.h"
 #include "x86/msr_catalog.h"
 #include "policy/compile.h"
 #include "absl/strings/str_cat.h"

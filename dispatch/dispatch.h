@@ -43,7 +43,7 @@ struct DispatchOptions {
 // unless asked for.
 class TrapCapture final : public TrapObserver {
  public:
-  // Opens `path` (.traps or .textproto, see traplog/).
+  // Opens `path` (.traps or .textproto, see traplog/encoding.h).
   static absl::StatusOr<std::unique_ptr<TrapCapture>> Open(const std::string& path);
   ~TrapCapture() override;
   void OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "traplog/import.h"
-#include "traplog/traplog.h"
+#include "traplog/encoding.h"
+#include "traplog/reader.h"
+#include "traplog/writer.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 

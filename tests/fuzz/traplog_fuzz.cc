@@ -15,7 +15,11 @@
 
 #include "absl/strings/match.h"
 #include "emulator/trap_convert.h"
-#include "traplog/traplog.h"
+#include "traplog/encoding.h"
+#include "traplog/expectations.h"
+#include "traplog/reader.h"
+#include "traplog/traps_format.h"
+#include "traplog/writer.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 

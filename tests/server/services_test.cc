@@ -16,7 +16,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
-#include "traplog/traplog.h"
+#include "traplog/reader.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {

@@ -14,7 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "traplog/import.h"
-#include "traplog/traplog.h"
+#include "traplog/reader.h"
+#include "traplog/writer.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"

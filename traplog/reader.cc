@@ -1,0 +1,423 @@
+#include "traplog/reader.h"
+
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
+#include "emulator/trap_convert.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "traplog/text_format.h"
+#include "traplog/traps_format.h"
+#include "traplog/traps_layout.h"
+
+namespace pvemu::traplog {
+
+using emulator::Trap;
+using emulator::TrapFromProto;
+namespace v1 = ::pvemu::v1;
+using ::google::protobuf::io::CodedInputStream;
+using ::google::protobuf::io::CodedOutputStream;
+// The PVTRAPS2 layout's names the framing below uses.
+using traps_v2::kBodyBytes;
+using traps_v2::kFixed;
+using traps_v2::kMinBody;
+using traps_v2::kPrefix;
+using traps_v2::Load32;
+
+// ---------------------------------------------------------------------------
+// TrapLogReader
+
+class TrapLogReader::Impl {
+ public:
+  virtual ~Impl() = default;
+  // As TrapLogReader::Next; `n` is the 1-based number of the record to read.
+  virtual absl::StatusOr<bool> Next(v1::TrapRecord* record, int64_t n) = 0;
+
+  // As TrapLogReader::NextTrap. This form reads the message with Next() and
+  // converts it.
+  virtual absl::StatusOr<bool> NextTrap(Trap* trap, ExpectedOutcome* expect,
+                                        int64_t n) {
+    ASSIGN_OR_RETURN(bool more, Next(&scratch_, n));
+    if (!more) return false;
+    absl::StatusOr<Trap> converted = TrapFromProto(scratch_.trap());
+    if (!converted.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(n), converted.status().message()));
+    }
+    *trap = *converted;
+    if (expect != nullptr)
+      *expect = ExpectedOutcomeFromProto(scratch_.expect());
+    return true;
+  }
+
+ protected:
+  // "NAME: record N ...: " for record `n`, which Next() just read.
+  virtual std::string Where(int64_t n) const = 0;
+
+ private:
+  v1::TrapRecord scratch_;  // NextTrap's, reused
+};
+
+namespace {
+
+// PVTRAPS1. A fresh CodedInputStream per record keeps its 2 GiB total-bytes
+// limit and position counter from ever mattering: offsets come from the
+// underlying stream's 64-bit ByteCount.
+class V1Impl final : public TrapLogReader::Impl {
+ public:
+  // `in` is just past the magic.
+  V1Impl(std::unique_ptr<std::istream> owned, std::istream* in,
+         std::string name)
+      : owned_(std::move(owned)),
+        in_(in),
+        name_(std::move(name)),
+        zin_(std::make_unique<google::protobuf::io::IstreamInputStream>(in)) {}
+
+  absl::StatusOr<bool> Next(v1::TrapRecord* record, int64_t n) override {
+    const int64_t start = Offset();
+    start_ = start;
+    auto where = [&] { return Where(n); };  // for this record
+    uint32_t size = 0;
+    bool have_body = false;
+    {
+      CodedInputStream coded(zin_.get());
+      const void* data;
+      int avail;
+      if (!coded.GetDirectBufferPointer(&data, &avail)) {
+        if (in_->bad()) {
+          return absl::DataLossError(absl::StrCat(where(), "read failed"));
+        }
+        return false;  // clean end: between records
+      }
+      if (!coded.ReadVarint32(&size)) {
+        return absl::DataLossError(
+            absl::StrCat(where(), "truncated or corrupt length prefix"));
+      }
+      if (size > kMaxTrapRecordBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), "length ", size, " exceeds the limit of ",
+                         kMaxTrapRecordBytes, " bytes (corrupt file?)"));
+      }
+      have_body = coded.ReadString(&body_, static_cast<int>(size));
+    }
+    if (!have_body) {
+      int64_t left =
+          Offset() - start -
+          static_cast<int64_t>(CodedOutputStream::VarintSize32(size));
+      return absl::DataLossError(
+          absl::StrCat(where(), "truncated: the record is ", size,
+                       " bytes but only ", left < 0 ? 0 : left, " remain"));
+    }
+    record->Clear();
+    if (!record->ParseFromString(body_)) {
+      return absl::DataLossError(absl::StrCat(
+          where(), "not a valid pvemu.v1.TrapRecord (", size, " bytes)"));
+    }
+    return true;
+  }
+
+ protected:
+  std::string Where(int64_t n) const override {
+    return absl::StrCat(name_, ": record ", n, " at byte offset ", start_,
+                        ": ");
+  }
+
+ private:
+  int64_t Offset() const {
+    return static_cast<int64_t>(kTrapsMagicV1.size()) + zin_->ByteCount();
+  }
+
+  std::unique_ptr<std::istream> owned_;
+  std::istream* in_;
+  std::string name_;
+  std::unique_ptr<google::protobuf::io::IstreamInputStream> zin_;
+  std::string body_;   // reused: at most kMaxTrapRecordBytes
+  int64_t start_ = 0;  // where the last record read starts
+};
+
+// PVTRAPS2, through one buffer of about 1 MiB that can hold the largest
+// record. When the next record is not whole in it, what is left moves to the
+// front and one istream::read fills the rest. Records are decoded in place.
+class V2Impl final : public TrapLogReader::Impl {
+ public:
+  static constexpr size_t kBufferBytes = kPrefix + kMaxTrapRecordBytes;
+
+  // `in` is just past the magic.
+  V2Impl(std::unique_ptr<std::istream> owned, std::istream* in,
+         std::string name)
+      : owned_(std::move(owned)),
+        in_(in),
+        name_(std::move(name)),
+        buf_(new char[kBufferBytes]),  // not zeroed: untouched pages stay free
+        base_(static_cast<int64_t>(kTrapsMagic.size())) {}
+
+  absl::StatusOr<bool> Next(v1::TrapRecord* record, int64_t n) override {
+    const char* r;
+    absl::Status error;
+    if (!Frame(n, &r, &error)) {
+      if (!error.ok()) return error;
+      return false;
+    }
+    record->Clear();
+    DecodeTrapsRecord(r, record);
+    return true;
+  }
+
+  absl::StatusOr<bool> NextTrap(Trap* trap, ExpectedOutcome* expect,
+                                int64_t n) override {
+    const char* r;
+    absl::Status error;
+    if (!Frame(n, &r, &error)) [[unlikely]] {
+      if (!error.ok()) return error;
+      return false;
+    }
+    traps_v2::DecodeTrap(r, trap);
+    if (traps_v2::TrapFromProtoMayRefuse(*trap)) [[unlikely]] {
+      RETURN_IF_ERROR(ConvertsLikeTrapFromProto(r, n));
+    }
+    if (expect != nullptr) traps_v2::DecodeExpect(r, expect);
+    return true;
+  }
+
+ protected:
+  // For the record at pos_: Frame's errors come before it consumes one.
+  std::string Where(int64_t n) const override {
+    return WhereAt(n, base_ + static_cast<int64_t>(pos_));
+  }
+
+ private:
+  std::string WhereAt(int64_t n, int64_t offset) const {
+    return absl::StrCat(name_, ": record ", n, " at byte offset ", offset,
+                        ": ");
+  }
+
+  // TrapFromProto's verdict on the trap of the record at `r` (just framed),
+  // as an error naming record `n` like the other encodings' NextTrap.
+  ABSL_ATTRIBUTE_NOINLINE absl::Status ConvertsLikeTrapFromProto(const char* r,
+                                                                 int64_t n) {
+    v1::TrapRecord record;
+    DecodeTrapsRecord(r, &record);
+    absl::StatusOr<Trap> converted = TrapFromProto(record.trap());
+    if (converted.ok()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        WhereAt(n, base_ + (r - buf_.get())), converted.status().message()));
+  }
+
+  // Points *rec at the next record, whole in the buffer and valid, and
+  // consumes it. Returns false at the end: *error stays OK at a clean end
+  // and says what is wrong otherwise (record `n`).
+  bool Frame(int64_t n, const char** rec, absl::Status* error) {
+    const size_t have = end_ - pos_;
+    if (have >= kFixed) [[likely]] {
+      const char* r = buf_.get() + pos_;
+      const uint32_t body = Load32(r + kBodyBytes);
+      if (have >= kPrefix + body && traps_v2::FastValid(r, body)) [[likely]] {
+        *rec = r;
+        pos_ += kPrefix + body;
+        return true;
+      }
+    }
+    return FrameSlow(n, rec, error);
+  }
+
+  // Frame's path for a refill, the end, damage, and records of other shapes
+  // than FastValid's.
+  ABSL_ATTRIBUTE_NOINLINE bool FrameSlow(int64_t n, const char** rec,
+                                         absl::Status* error) {
+    if (!Fill(kPrefix)) {
+      const size_t have = end_ - pos_;
+      if (read_failed_) {
+        *error = absl::DataLossError(absl::StrCat(Where(n), "read failed"));
+      } else if (have != 0) {
+        *error = absl::DataLossError(absl::StrCat(Where(n), "truncated: only ",
+                                                  have, " of the ", kPrefix,
+                                                  " length bytes remain"));
+      }
+      return false;  // else a clean end: between records
+    }
+    const uint32_t body = Load32(buf_.get() + pos_ + kBodyBytes);
+    if (body > kMaxTrapRecordBytes) {
+      *error = absl::InvalidArgumentError(
+          absl::StrCat(Where(n), "length ", body, " exceeds the limit of ",
+                       kMaxTrapRecordBytes, " bytes (corrupt file?)"));
+      return false;
+    }
+    if (body < kMinBody) {
+      *error = absl::DataLossError(
+          absl::StrCat(Where(n), "length ", body, " is shorter than the ",
+                       kMinBody, "-byte fixed part of a PVTRAPS2 record"));
+      return false;
+    }
+    if (!Fill(kPrefix + body)) {
+      *error = absl::DataLossError(
+          read_failed_ ? absl::StrCat(Where(n), "read failed")
+                       : absl::StrCat(Where(n), "truncated: the record is ",
+                                      body, " bytes but only ",
+                                      end_ - pos_ - kPrefix, " remain"));
+      return false;
+    }
+    const char* r = buf_.get() + pos_;
+    const uint32_t damage = traps_v2::DamageOf(r, body);
+    if (damage != 0) {
+      *error = absl::DataLossError(
+          absl::StrCat(Where(n), traps_v2::DescribeDamage(damage, r, body)));
+      return false;
+    }
+    *rec = r;
+    pos_ += kPrefix + body;
+    return true;
+  }
+
+  // Makes `need` (<= kBufferBytes) bytes available from pos_, moving what is
+  // left to the front and filling the rest of the buffer. False if the
+  // stream ends (or fails, read_failed_) first.
+  bool Fill(size_t need) {
+    if (end_ - pos_ >= need) return true;
+    if (pos_ != 0) {
+      std::memmove(buf_.get(), buf_.get() + pos_, end_ - pos_);
+      base_ += static_cast<int64_t>(pos_);
+      end_ -= pos_;
+      pos_ = 0;
+    }
+    while (end_ < need && !eof_) {
+      const size_t want = kBufferBytes - end_;
+      in_->read(buf_.get() + end_, static_cast<std::streamsize>(want));
+      const size_t got = static_cast<size_t>(in_->gcount());
+      end_ += got;
+      if (got < want) {
+        eof_ = true;
+        read_failed_ = in_->bad();
+      }
+    }
+    return end_ >= need;
+  }
+
+  std::unique_ptr<std::istream> owned_;
+  std::istream* in_;
+  std::string name_;
+  std::unique_ptr<char[]> buf_;
+  size_t pos_ = 0;  // the next record starts at buf_[pos_]
+  size_t end_ = 0;  // bytes read into buf_
+  int64_t base_;    // the file offset of buf_[0]
+  bool eof_ = false;
+  bool read_failed_ = false;
+};
+
+// Reads the magic and picks the reader for the version it names.
+absl::StatusOr<std::unique_ptr<TrapLogReader::Impl>> OpenBinary(
+    std::unique_ptr<std::istream> owned, std::istream* in,
+    const std::string& name) {
+  static_assert(kTrapsMagic.size() == kTrapsMagicV1.size());
+  char magic[8] = {};
+  static_assert(sizeof(magic) == kTrapsMagic.size());
+  in->read(magic, sizeof(magic));
+  const std::streamsize got = in->gcount();
+  if (in->bad()) {
+    return absl::DataLossError(absl::StrCat(name, ": read failed"));
+  }
+  const absl::string_view seen(magic, static_cast<size_t>(got));
+  if (seen == kTrapsMagic) {
+    return std::make_unique<V2Impl>(std::move(owned), in, name);
+  }
+  if (seen == kTrapsMagicV1) {
+    return std::make_unique<V1Impl>(std::move(owned), in, name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": not a .traps file: the first 8 bytes are not \"",
+                   kTrapsMagic, "\" (or the older \"", kTrapsMagicV1, "\")"));
+}
+
+class TextImpl final : public TrapLogReader::Impl {
+ public:
+  absl::Status Load(std::istream* in, absl::string_view name) {
+    name_ = std::string(name);
+    return ParseTextLog(in, name, &log_);
+  }
+
+  absl::StatusOr<bool> Next(v1::TrapRecord* record, int64_t n) override {
+    if (n > log_.record_size()) return false;
+    record->Clear();
+    record->Swap(log_.mutable_record(static_cast<int>(n - 1)));
+    RETURN_IF_ERROR(CheckRecordStrings(*record, Where(n)));
+    return true;
+  }
+
+ protected:
+  std::string Where(int64_t n) const override {
+    return absl::StrCat(name_, ": record ", n, ": ");
+  }
+
+ private:
+  std::string name_;
+  v1::TrapLog log_;
+};
+
+}  // namespace
+
+TrapLogReader::TrapLogReader(TrapLogEncoding encoding, std::string name)
+    : encoding_(encoding), name_(std::move(name)) {}
+
+TrapLogReader::~TrapLogReader() = default;
+
+absl::StatusOr<std::unique_ptr<TrapLogReader>> TrapLogReader::Open(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(TrapLogEncoding encoding, TrapLogEncodingForPath(path));
+  auto file = std::make_unique<std::ifstream>();
+  RETURN_IF_ERROR(OpenForReading(path, file.get()));
+  std::unique_ptr<TrapLogReader> r(new TrapLogReader(encoding, path));
+  if (encoding == TrapLogEncoding::kBinary) {
+    std::istream* in = file.get();
+    ASSIGN_OR_RETURN(r->impl_, OpenBinary(std::move(file), in, path));
+  } else {
+    auto impl = std::make_unique<TextImpl>();
+    RETURN_IF_ERROR(impl->Load(file.get(), path));
+    r->impl_ = std::move(impl);
+  }
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<TrapLogReader>> TrapLogReader::ForStream(
+    std::istream* in, TrapLogEncoding encoding, absl::string_view name) {
+  std::unique_ptr<TrapLogReader> r(
+      new TrapLogReader(encoding, std::string(name)));
+  if (encoding == TrapLogEncoding::kBinary) {
+    ASSIGN_OR_RETURN(r->impl_, OpenBinary(nullptr, in, std::string(name)));
+  } else {
+    auto impl = std::make_unique<TextImpl>();
+    RETURN_IF_ERROR(impl->Load(in, name));
+    r->impl_ = std::move(impl);
+  }
+  return r;
+}
+
+absl::StatusOr<bool> TrapLogReader::Next(v1::TrapRecord* record) {
+  if (!sticky_error_.ok()) return sticky_error_;
+  absl::StatusOr<bool> got = impl_->Next(record, records_ + 1);
+  if (!got.ok()) {
+    sticky_error_ = got.status();
+    return got;
+  }
+  if (*got) ++records_;
+  return got;
+}
+
+absl::StatusOr<bool> TrapLogReader::NextTrap(Trap* trap,
+                                             ExpectedOutcome* expect) {
+  if (!sticky_error_.ok()) [[unlikely]]
+    return sticky_error_;
+  absl::StatusOr<bool> got = impl_->NextTrap(trap, expect, records_ + 1);
+  if (!got.ok()) [[unlikely]] {
+    sticky_error_ = got.status();
+    return got;
+  }
+  if (*got) ++records_;
+  return got;
+}
+
+}  // namespace pvemu::traplog

@@ -1,0 +1,83 @@
+// TrapLogReader: reads a trap log in any encoding (encoding.h), as messages
+// or, for replay, straight into the trap-path structs.
+#ifndef PVEMU_TRAPLOG_READER_H_
+#define PVEMU_TRAPLOG_READER_H_
+
+#include <cstdint>
+#include <istream>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "emulator/trap.h"
+#include "pvemu/v1/trap.pb.h"
+#include "traplog/encoding.h"
+#include "traplog/expectations.h"
+
+namespace pvemu::traplog {
+
+// Reads a trap log record by record. Not thread-safe.
+//
+// Errors name the source and say where: for .traps "FILE: record N at byte
+// offset O: ..." (N counts from 1; O is where the record's length prefix
+// starts); for .textproto "FILE:LINE:COL: ..." at Open and "FILE: record N:
+// ..." for a record that fails later. A damaged .traps file yields every
+// intact record before the damage, then the error, then the same error again
+// on every later call (of Next or NextTrap). DataLoss for a truncated or
+// undecodable record (PVTRAPS2: a body shorter than the fixed part, insn_len
+// above 15, cpl above 3, a mode, kind or vector number its enum does not
+// name, reserved flag bits, string lengths that do not fill the body, a
+// string that is not UTF-8, a non-zero byte where the format wants zero);
+// InvalidArgument for a bad magic or a length over kMaxTrapRecordBytes.
+//
+// A PVTRAPS2 file is read through one buffer of about kMaxTrapRecordBytes,
+// refilled in large chunks; NextTrap() decodes straight from it without
+// allocating. A PVTRAPS1 file is read one message at a time. The .textproto
+// reader parses the whole file at Open (text logs are for small, hand-made
+// cases; use .traps for captures).
+class TrapLogReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<TrapLogReader>> Open(
+      const std::string& path);
+  // Reads from a caller-owned stream that must outlive the reader.
+  static absl::StatusOr<std::unique_ptr<TrapLogReader>> ForStream(
+      std::istream* in, TrapLogEncoding encoding, absl::string_view name);
+
+  TrapLogReader(const TrapLogReader&) = delete;
+  TrapLogReader& operator=(const TrapLogReader&) = delete;
+  ~TrapLogReader();
+
+  // Fills `record` (cleared first; reuse one object to keep memory flat) and
+  // returns true, or returns false at a clean end of the log.
+  absl::StatusOr<bool> Next(pvemu::v1::TrapRecord* record);
+
+  // The fast form for replay: fills `trap` as TrapFromProto(record.trap())
+  // would and `expect` (may be null) as ExpectedOutcomeFromProto(
+  // record.expect()) would, skipping source and note. A record whose trap
+  // TrapFromProto refuses is InvalidArgument naming the record, sticky like
+  // damage. PVTRAPS2 is decoded straight from the read buffer into the
+  // structs, without protobuf or allocation; the other encodings read the
+  // message and convert it. Calls may be mixed with Next(); each reads the
+  // next record.
+  absl::StatusOr<bool> NextTrap(emulator::Trap* trap, ExpectedOutcome* expect);
+
+  int64_t records_read() const { return records_; }
+  TrapLogEncoding encoding() const { return encoding_; }
+
+  class Impl;  // one per encoding (and .traps version), in reader.cc
+
+ private:
+  TrapLogReader(TrapLogEncoding encoding, std::string name);
+
+  TrapLogEncoding encoding_;
+  std::string name_;
+  std::unique_ptr<Impl> impl_;
+  int64_t records_ = 0;
+  absl::Status sticky_error_;  // once broken, always broken
+};
+
+}  // namespace pvemu::traplog
+
+#endif  // PVEMU_TRAPLOG_READER_H_
