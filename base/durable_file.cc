@@ -86,24 +86,29 @@ absl::Status WriteAndSync(const std::string& path, absl::string_view data, unsig
   return absl::OkStatus();
 }
 
-absl::Status RenameDurably(const std::string& from, const std::string& to, bool keep_previous) {
+absl::StatusOr<DurableReplacement> DurableReplacement::Start(const std::string& from,
+                                                              const std::string& to,
+                                                              bool keep_previous) {
   // Nothing is replaced outright: each file that would be steps aside first
   // (the older .prev, then `to`), so a failure at any step, the directory
   // fsync included, can put everything back.
+  DurableReplacement r;
+  r.from_ = from;
+  r.to_ = to;
+  r.keep_previous_ = keep_previous;
   const std::string prev = to + (keep_previous ? ".prev" : ".replaced");
   const std::string older = prev + ".older";
-  std::vector<std::pair<std::string, std::string>> undo;  // renames to reverse
+  r.aside_ = {older, keep_previous ? std::string() : prev};
   auto step_aside = [&](const std::string& a, const std::string& b) -> absl::Status {
     if (::rename(a.c_str(), b.c_str()) == 0) {
-      undo.emplace_back(b, a);
+      r.undo_.emplace_back(b, a);
       return absl::OkStatus();
     }
     if (errno == ENOENT) return absl::OkStatus();  // nothing there to keep
     return ErrnoToStatus(errno, absl::StrCat("rename ", a, " to ", b));
   };
   auto roll_back = [&](const absl::Status& why) {
-    for (auto it = undo.rbegin(); it != undo.rend(); ++it) ::rename(it->first.c_str(), it->second.c_str());
-    ::unlink(from.c_str());
+    r.RollBack();
     return absl::Status(why.code(), absl::StrCat(why.message(), "; ", to, " is left as it was"));
   };
   // The older .prev goes only if `to` is there to take its place (a state
@@ -115,12 +120,38 @@ absl::Status RenameDurably(const std::string& from, const std::string& to, bool 
   if (::rename(from.c_str(), to.c_str()) != 0) {
     return roll_back(ErrnoToStatus(errno, absl::StrCat("rename ", from, " to ", to)));
   }
-  undo.emplace_back(to, from);
+  r.undo_.emplace_back(to, from);
   if (absl::Status synced = SyncDirectory(DirectoryOf(to)); !synced.ok()) return roll_back(synced);
-  // Durable now; what stepped aside and is not kept goes. (A crash before
-  // these unlinks reach the disk leaves a stray file, never a wrong one.)
-  ::unlink(older.c_str());
-  if (!keep_previous) ::unlink(prev.c_str());
+  return r;
+}
+
+void DurableReplacement::RollBack() {
+  for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+    ::rename(it->first.c_str(), it->second.c_str());
+  }
+  undo_.clear();
+  ::unlink(from_.c_str());
+}
+
+absl::Status DurableReplacement::Undo() {
+  RollBack();
+  return SyncDirectory(DirectoryOf(to_));
+}
+
+void DurableReplacement::Finish() {
+  // Durable already; what stepped aside and is not kept goes. (A crash
+  // before these unlinks reach the disk leaves a stray file, never a wrong
+  // one.)
+  for (const std::string& path : aside_) {
+    if (!path.empty()) ::unlink(path.c_str());
+  }
+  undo_.clear();
+}
+
+absl::Status RenameDurably(const std::string& from, const std::string& to, bool keep_previous) {
+  absl::StatusOr<DurableReplacement> replaced = DurableReplacement::Start(from, to, keep_previous);
+  if (!replaced.ok()) return replaced.status();
+  replaced->Finish();
   return absl::OkStatus();
 }
 

@@ -6,8 +6,11 @@
 #define PVEMU_BASE_DURABLE_FILE_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace pvemu::base {
@@ -34,6 +37,28 @@ absl::Status WriteAndSync(const std::string& path, absl::string_view data, unsig
 // .prev) are as they were, `from` is removed, and the error says so. `from`
 // and `to` must be in the same directory.
 absl::Status RenameDurably(const std::string& from, const std::string& to, bool keep_previous);
+
+// RenameDurably in two steps, for a caller that may still have to take the
+// replacement back after it is on disk (an edit whose compile fails): Start
+// does everything RenameDurably does but keeps what stepped aside; Undo puts
+// it all back (and fsyncs the directory), Finish drops it. Exactly one of
+// them must follow a successful Start.
+class DurableReplacement {
+ public:
+  static absl::StatusOr<DurableReplacement> Start(const std::string& from, const std::string& to,
+                                                  bool keep_previous);
+  absl::Status Undo();
+  void Finish();
+
+ private:
+  DurableReplacement() = default;
+  void RollBack();
+
+  std::string from_, to_;
+  bool keep_previous_ = false;
+  std::vector<std::pair<std::string, std::string>> undo_;  // renames to reverse, in order
+  std::vector<std::string> aside_;                         // to remove on Finish
+};
 
 // WriteAndSync to `path` + ".tmp", then RenameDurably onto `path`. All or
 // nothing, as above.

@@ -291,18 +291,23 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
   std::string candidate_text = ToTextProto(candidate);
   const std::string text = state_dir_.empty() ? std::string() : StateText(candidate_text, next);
 
-  // The candidate's state file is written and fsynced (most of an edit's
-  // latency) while this thread compiles it and renders the diff. Only once
-  // it compiled does it replace the state file (rename, directory fsync),
-  // so a failure anywhere leaves the state file exactly as it was.
+  // The candidate replaces the state file durably (two fsyncs: most of an
+  // edit's latency) while this thread compiles it and renders the diff; the
+  // old file and its .prev stay aside until the compile's verdict, so a
+  // failure anywhere leaves them exactly as they were.
   const std::string staged = state_dir_.empty() ? std::string() : state_path() + ".tmp";
-  absl::Status written;
+  absl::StatusOr<base::DurableReplacement> replaced = absl::UnknownError("not written");
+  const auto write = [this, &staged, &text, &replaced] {
+    absl::Status synced = base::WriteAndSync(staged, text, 0640);
+    replaced = synced.ok() ? base::DurableReplacement::Start(staged, state_path(),
+                                                             /*keep_previous=*/true)
+                           : absl::StatusOr<base::DurableReplacement>(synced);
+  };
   std::thread writer;
   bool write_inline = false;
   if (!state_dir_.empty()) {
     try {
-      writer = std::thread(
-          [&staged, &text, &written] { written = base::WriteAndSync(staged, text, 0640); });
+      writer = std::thread(write);
     } catch (const std::system_error&) {
       write_inline = true;  // no thread to be had (EAGAIN): write in line below
     }
@@ -337,24 +342,22 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
   result.generation = next;
   result.diff = DiffText(*policy_text_, candidate_text);
   if (writer.joinable()) writer.join();
-  if (write_inline) written = base::WriteAndSync(staged, text, 0640);
-  if (!written.ok()) return NotSaved(written);
+  if (write_inline) write();
+  if (!state_dir_.empty() && !replaced.ok()) return NotSaved(replaced.status());
   if (!snap.ok()) {
     // Validation passed, so this is not the policy's fault. The candidate
-    // never replaced the state file: drop it.
-    if (!staged.empty()) ::unlink(staged.c_str());
-    return absl::InternalError(absl::StrCat("the edit validated but did not compile (",
-                                            snap.status().message(),
-                                            "); nothing changed, on disk or in force"));
+    // goes, and the state file and its .prev come back as they were.
+    absl::Status undone = state_dir_.empty() ? absl::OkStatus() : replaced->Undo();
+    return absl::InternalError(absl::StrCat(
+        "the edit validated but did not compile (", snap.status().message(),
+        "); nothing changed, on disk or in force",
+        undone.ok() ? std::string()
+                    : absl::StrCat(" (but syncing the restored state file failed: ",
+                                   undone.message(), ")")));
   }
-  if (!state_dir_.empty()) {
-    // The old state file becomes .prev, the fallback should this one ever
-    // be unreadable. All or nothing, the directory fsync included.
-    if (absl::Status renamed = base::RenameDurably(staged, state_path(), /*keep_previous=*/true);
-        !renamed.ok()) {
-      return NotSaved(renamed);
-    }
-  }
+  // The old state file stays as .prev, the fallback should this one ever be
+  // unreadable.
+  if (!state_dir_.empty()) replaced->Finish();
   policy_ = std::move(candidate);
   policy_text_ = std::move(candidate_text);
   Publish(*std::move(snap));
