@@ -386,39 +386,45 @@ absl::StatusOr<EditResult> Store::ApplyLayer(LayerRef layer, const Policy& layer
                 layer.ToString());
 }
 
-absl::StatusOr<EditResult> Store::SetRule(LayerRef layer, const MsrRule& rule,
-                                          const EditOptions& options) {
+absl::StatusOr<EditResult> Store::EditRule(
+    LayerRef layer, const MsrRule& rule, const EditOptions& options, const char* method,
+    bool create_layer, absl::FunctionRef<absl::Status(Layer*, int, const Target&)> edit) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckGeneration(options));
   ASSIGN_OR_RETURN(Target target, ResolveTarget(rule));
   Policy candidate = policy_;
-  Layer* l = FindLayer(&candidate, layer, /*create=*/true);
-  int i = FindRule(*l, rule, target);
-  if (i >= 0) {
-    *l->mutable_msr(i) = rule;
-  } else {
-    *l->add_msr() = rule;
-  }
-  return Commit(std::move(candidate), SourceMap("SetRule"), options, "SetRule",
-                layer.ToString());
+  Layer* l = FindLayer(&candidate, layer, create_layer);
+  int i = l == nullptr ? -1 : FindRule(*l, rule, target);
+  RETURN_IF_ERROR(edit(l, i, target));
+  return Commit(std::move(candidate), SourceMap(method), options, method, layer.ToString());
+}
+
+absl::StatusOr<EditResult> Store::SetRule(LayerRef layer, const MsrRule& rule,
+                                          const EditOptions& options) {
+  return EditRule(layer, rule, options, "SetRule", /*create_layer=*/true,
+                  [&](Layer* l, int i, const Target&) {
+                    if (i >= 0) {
+                      *l->mutable_msr(i) = rule;
+                    } else {
+                      *l->add_msr() = rule;
+                    }
+                    return absl::OkStatus();
+                  });
 }
 
 absl::StatusOr<EditResult> Store::DeleteRule(LayerRef layer, const MsrRule& rule,
                                              const EditOptions& options) {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckGeneration(options));
-  ASSIGN_OR_RETURN(Target target, ResolveTarget(rule));
-  Policy candidate = policy_;
-  Layer* l = FindLayer(&candidate, layer, /*create=*/false);
-  int i = l == nullptr ? -1 : FindRule(*l, rule, target);
-  if (i < 0) {
-    return absl::NotFoundError(absl::StrCat("no rule for ", DescribeTarget(target),
-                                            " with these conditions in the ",
-                                            layer.ToString(), " layer"));
-  }
-  l->mutable_msr()->erase(l->mutable_msr()->begin() + i);
-  return Commit(std::move(candidate), SourceMap("DeleteRule"), options, "DeleteRule",
-                layer.ToString());
+  return EditRule(layer, rule, options, "DeleteRule", /*create_layer=*/false,
+                  [&](Layer* l, int i, const Target& target) {
+                    if (i < 0) {
+                      return absl::NotFoundError(
+                          absl::StrCat("no rule for ", DescribeTarget(target),
+                                       " with these conditions in the ", layer.ToString(),
+                                       " layer"));
+                    }
+                    l->mutable_msr()->erase(l->mutable_msr()->begin() + i);
+                    return absl::OkStatus();
+                  });
 }
 
 absl::StatusOr<std::string> Store::Diff(const Policy& policy, const SourceMap& source) const {

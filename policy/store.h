@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "policy/compile.h"
@@ -27,6 +28,8 @@
 #include "pvemu/v1/policy.pb.h"
 
 namespace pvemu::policy {
+
+struct Target;  // policy/rules.h
 
 // Which layer an edit is about.
 struct LayerRef {
@@ -149,6 +152,15 @@ class Store {
                                     std::string layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckGeneration(const EditOptions& options) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SetRule and DeleteRule: under mu_, checks the generation and resolves the
+  // rule's target, then calls `edit` on a copy of the policy with the rule's
+  // layer (null when it is absent and !create_layer) and the rule's position
+  // in it (-1: none), and commits the copy unless `edit` fails.
+  absl::StatusOr<EditResult> EditRule(
+      LayerRef layer, const pvemu::v1::MsrRule& rule, const EditOptions& options,
+      const char* method, bool create_layer,
+      absl::FunctionRef<absl::Status(pvemu::v1::Layer*, int, const Target&)> edit)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Publish(std::shared_ptr<const Snapshot> snapshot);
 
   const std::string state_dir_;

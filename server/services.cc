@@ -151,30 +151,29 @@ grpc::Status PolicyServiceImpl::ApplyPolicy(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status PolicyServiceImpl::SetRule(grpc::ServerContext* context,
-                                        const v1::SetRuleRequest* request,
-                                        v1::EditResponse* response) {
+template <typename Request>
+grpc::Status PolicyServiceImpl::EditRule(grpc::ServerContext* context, const Request& request,
+                                         RuleEdit edit, v1::EditResponse* response) {
   REQUIRE_ROLE(Role::kEditor, "editing");
-  auto layer = LayerOf(request->layer(), request->has_layer(), true);
+  auto layer = LayerOf(request.layer(), request.has_layer(), true);
   if (!layer.ok()) return ToGrpc(layer.status());
-  auto result = store_.SetRule(**layer, request->rule(),
-                               EditOptionsFor(request->if_generation(), auth_, *context));
+  auto result = (store_.*edit)(**layer, request.rule(),
+                               EditOptionsFor(request.if_generation(), auth_, *context));
   if (!result.ok()) return ToGrpc(result.status());
   FillEdit(*result, response);
   return grpc::Status::OK;
 }
 
+grpc::Status PolicyServiceImpl::SetRule(grpc::ServerContext* context,
+                                        const v1::SetRuleRequest* request,
+                                        v1::EditResponse* response) {
+  return EditRule(context, *request, &policy::Store::SetRule, response);
+}
+
 grpc::Status PolicyServiceImpl::DeleteRule(grpc::ServerContext* context,
                                            const v1::DeleteRuleRequest* request,
                                            v1::EditResponse* response) {
-  REQUIRE_ROLE(Role::kEditor, "editing");
-  auto layer = LayerOf(request->layer(), request->has_layer(), true);
-  if (!layer.ok()) return ToGrpc(layer.status());
-  auto result = store_.DeleteRule(**layer, request->rule(),
-                                  EditOptionsFor(request->if_generation(), auth_, *context));
-  if (!result.ok()) return ToGrpc(result.status());
-  FillEdit(*result, response);
-  return grpc::Status::OK;
+  return EditRule(context, *request, &policy::Store::DeleteRule, response);
 }
 
 grpc::Status PolicyServiceImpl::DiffPolicy(grpc::ServerContext* context,

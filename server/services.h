@@ -47,6 +47,15 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
                        v1::ExplainResponse* response) override;
 
  private:
+  // Store::SetRule or Store::DeleteRule.
+  using RuleEdit = absl::StatusOr<policy::EditResult> (policy::Store::*)(
+      policy::LayerRef, const v1::MsrRule&, const policy::EditOptions&);
+  // SetRule and DeleteRule: `edit` on the request's rule in its layer, for
+  // editors only.
+  template <typename Request>
+  grpc::Status EditRule(grpc::ServerContext* context, const Request& request, RuleEdit edit,
+                        v1::EditResponse* response);
+
   policy::Store& store_;
   const Authorizer& auth_;
   LiveDomainsFn live_;

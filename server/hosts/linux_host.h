@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "emulator/host.h"
+#include "server/hosts/host_base.h"
 
 namespace pvemu::server {
 
@@ -26,7 +27,7 @@ struct LinuxHostOptions {
 // Thread-safe: every method may be called concurrently. The msr devices are
 // opened once, by Create; ReadMsr and WriteMsr are one pread/pwrite on a
 // shared descriptor (positional I/O needs no lock) and allocate nothing.
-class LinuxHost final : public emulator::Host {
+class LinuxHost final : public HostBase {
  public:
   // Opens <dev_cpu_dir>/N/msr read-write for every CPU directory N.
   // FailedPrecondition when <dev_cpu_dir>/0/msr does not exist (the msr
@@ -40,12 +41,9 @@ class LinuxHost final : public emulator::Host {
   LinuxHost(const LinuxHost&) = delete;
   LinuxHost& operator=(const LinuxHost&) = delete;
 
-  // emulator::Host. The vendor comes from CPUID leaf 0.
-  pvemu::v1::Vendor vendor() const override { return vendor_; }
-  absl::string_view description() const override { return description_; }
-  // From /proc/cpuinfo ("cpu MHz" of the first processor), 0 if absent. An
+  // emulator::Host. The vendor (HostBase) comes from CPUID leaf 0; tsc_khz
+  // from /proc/cpuinfo ("cpu MHz" of the first processor), 0 if absent. An
   // estimate: exact only with a constant TSC and no frequency scaling.
-  uint64_t tsc_khz() const override { return tsc_khz_; }
   // False when the CPU has no open msr device, the access faults (EIO from
   // the driver: #GP on the host), or fewer than 8 bytes come back.
   bool ReadMsr(uint32_t cpu, uint32_t index, uint64_t* value) override;
@@ -59,9 +57,6 @@ class LinuxHost final : public emulator::Host {
  private:
   LinuxHost() = default;
 
-  pvemu::v1::Vendor vendor_ = pvemu::v1::VENDOR_UNSPECIFIED;
-  std::string description_;
-  uint64_t tsc_khz_ = 0;
   // fds_[cpu]: the open msr device, or -1.
   std::vector<int> fds_;
 };

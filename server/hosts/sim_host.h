@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "emulator/host.h"
+#include "server/hosts/host_base.h"
 #include "pvemu/v1/host.pb.h"
 
 namespace pvemu::server {
@@ -31,7 +32,7 @@ namespace pvemu::server {
 //   unlisted leaves read as zeros; leaf 0 always carries the vendor string
 //   (derived from `vendor` when the profile has no leaf 0), and leaf 1 EAX
 //   is derived from family/model/stepping when the profile has no leaf 1.
-class SimHost final : public emulator::Host {
+class SimHost final : public HostBase {
  public:
   // Most CPUs a profile may declare (each listed MSR costs 8 bytes a CPU).
   static constexpr uint32_t kMaxCpus = 4096;
@@ -48,11 +49,7 @@ class SimHost final : public emulator::Host {
   SimHost(const SimHost&) = delete;
   SimHost& operator=(const SimHost&) = delete;
 
-  // emulator::Host.
-  pvemu::v1::Vendor vendor() const override { return vendor_; }
-  // "sim: Intel Xeon E-2136".
-  absl::string_view description() const override { return description_; }
-  uint64_t tsc_khz() const override { return tsc_khz_; }
+  // emulator::Host. The description (HostBase) reads "sim: Intel Xeon E-2136".
   bool ReadMsr(uint32_t cpu, uint32_t index, uint64_t* value) override;
   bool WriteMsr(uint32_t cpu, uint32_t index, uint64_t value) override;
   emulator::CpuidRegs Cpuid(uint32_t leaf, uint32_t subleaf) override;
@@ -93,9 +90,6 @@ class SimHost final : public emulator::Host {
   // Position of `index` in msrs_, or -1.
   int FindMsr(uint32_t index) const;
 
-  pvemu::v1::Vendor vendor_ = pvemu::v1::VENDOR_UNSPECIFIED;
-  std::string description_;
-  uint64_t tsc_khz_ = 0;
   uint32_t cpus_ = 0;
   // Sorted by index; msr_position_ maps an index to its position (one hash
   // probe per access rather than a binary search on the trap path).

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "emulator/host.h"
+#include "server/hosts/host_base.h"
 #include "server/hosts/xen/xen_control.h"
 
 namespace pvemu::server {
@@ -30,7 +31,7 @@ struct XenPaths {
 // Thread-safe: every method may be called concurrently (see XenControl).
 // ReadMsr/WriteMsr allocate nothing in pvemu code; libxenctrl itself bounces
 // the one entry through its hypercall-buffer cache, which takes its own lock.
-class XenHost final : public emulator::Host {
+class XenHost final : public HostBase {
  public:
   // Opens libxenctrl on this machine. FailedPrecondition naming what is
   // missing when this is not Xen dom0 (not Xen at all; Xen without the
@@ -48,12 +49,8 @@ class XenHost final : public emulator::Host {
   XenHost(const XenHost&) = delete;
   XenHost& operator=(const XenHost&) = delete;
 
-  // emulator::Host.
-  pvemu::v1::Vendor vendor() const override { return vendor_; }
-  // "xen 4.17".
-  absl::string_view description() const override { return description_; }
+  // emulator::Host. The description (HostBase) reads "xen 4.17"; tsc_khz is
   // Xen's cpu_khz (the TSC frequency it calibrated).
-  uint64_t tsc_khz() const override { return tsc_khz_; }
   // False when Xen refuses the MSR (outside its allow-list), the CPU is not
   // online, or the hypercall fails; *value is then untouched.
   bool ReadMsr(uint32_t cpu, uint32_t index, uint64_t* value) override;
@@ -85,9 +82,6 @@ class XenHost final : public emulator::Host {
   void NoteFailure(int err);
 
   std::unique_ptr<XenControl> control_;
-  pvemu::v1::Vendor vendor_ = pvemu::v1::VENDOR_UNSPECIFIED;
-  std::string description_;
-  uint64_t tsc_khz_ = 0;
   uint32_t cpus_ = 0;
   std::atomic<uint64_t> failed_msr_accesses_{0};
   std::atomic<int> last_msr_errno_{0};
