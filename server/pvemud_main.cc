@@ -40,6 +40,9 @@ ABSL_FLAG(std::vector<std::string>, monitor_domain, {},
           "xen: HVM domains whose MSR writes to watch on Xen's vm_event ring (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, monitor_msrs, {},
           "xen: the MSRs (names or numbers, comma-separated) whose writes --monitor-domain decides");
+ABSL_FLAG(std::string, metrics, "",
+          "serve GET /metrics (Prometheus text format) over HTTP on exactly HOST:PORT, "
+          "e.g. 127.0.0.1:9464; off by default");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
 
 namespace {
@@ -65,7 +68,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pvemu privileged-operation emulator daemon.\n"
       "Usage: pvemud [--host=sim|xen|linux] [--host-profile=FILE] [--listen=ADDR] "
-      "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST]");
+      "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST] "
+      "[--metrics=HOST:PORT]");
   absl::ParseCommandLine(argc, argv);
 
   // Signals are taken synchronously by this thread; every other thread
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.capture = absl::GetFlag(FLAGS_capture);
+  options.metrics = absl::GetFlag(FLAGS_metrics);
 
   for (const std::string& d : absl::GetFlag(FLAGS_monitor_domain)) {
     uint32_t id = 0;
