@@ -50,11 +50,16 @@ class Dispatcher::DomainView final : public emulator::Domain {
   void Reset(const policy::DomainSnapshot& snap, uint32_t domain) {
     snap_ = &snap;
     domain_ = domain;
-    msr_looked_up_ = false;
   }
 
-  // Whether this trap looked an MSR up (Msr()), which one, and the decision.
-  bool msr_looked_up() const { return msr_looked_up_; }
+  // Whether Msr() ran since the last call (so: during this trap, when every
+  // trap takes it), which MSR, and the decision. Only the counting path
+  // takes it, so the path that does not count never clears the flag.
+  bool TakeMsrLookup() const {
+    const bool looked_up = msr_looked_up_;
+    msr_looked_up_ = false;
+    return looked_up;
+  }
   uint32_t msr_index() const { return msr_index_; }
   const MsrDecision& decision() const { return decision_; }
 
@@ -134,8 +139,30 @@ class Dispatcher::DomainView final : public emulator::Domain {
 // stores, no read-modify-write), read by Stats() and CountsByKey() from any
 // thread until the session ends and they are folded into the sums.
 struct Dispatcher::Session::Counters {
-  TrapCountTables tables;
+  // Indexed by OutcomeKind (1..4, masked to stay in bounds); the trap count
+  // is their sum, so a trap costs one counter update. Always on (Stats()).
+  std::atomic<uint64_t> by_kind[8] = {};
+  std::atomic<uint64_t> decode_errors{0};
+  // Only with count_by_domain_and_msr (tens of KiB a session).
+  std::unique_ptr<TrapCountTables> tables;
 };
+
+namespace {
+void Bump(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+void AddCounters(const std::atomic<uint64_t> (&by_kind)[8],
+                 const std::atomic<uint64_t>& decode_errors, TrapStats* s) {
+  const auto kind = [&](emulator::OutcomeKind k) {
+    return by_kind[static_cast<int>(k)].load(std::memory_order_relaxed);
+  };
+  s->completed += kind(emulator::OutcomeKind::kCompleted);
+  s->exceptions += kind(emulator::OutcomeKind::kException);
+  s->unhandled += kind(emulator::OutcomeKind::kUnhandled);
+  s->device_io += kind(emulator::OutcomeKind::kDeviceIo);
+  s->decode_errors += decode_errors.load(std::memory_order_relaxed);
+}
+}  // namespace
 
 Dispatcher::Dispatcher(const policy::Store& store, emulator::Host& host, AuditHub* audit,
                        DispatchOptions options)
@@ -148,6 +175,7 @@ Dispatcher::~Dispatcher() = default;
 
 std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
   auto counters = std::make_unique<Session::Counters>();
+  if (options_.count_by_domain_and_msr) counters->tables = std::make_unique<TrapCountTables>();
   Session::Counters* raw = counters.get();
   {
     absl::MutexLock lock(&mu_);
@@ -157,24 +185,9 @@ std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
 }
 
 TrapStats Dispatcher::Stats() const {
-  TrapStats s;
-  // The trap counts by instruction and outcome, summed over every domain.
-  const auto add = [&](int insn, emulator::OutcomeKind outcome, uint64_t n) {
-    switch (outcome) {
-      case emulator::OutcomeKind::kCompleted: s.completed += n; break;
-      case emulator::OutcomeKind::kException: s.exceptions += n; break;
-      case emulator::OutcomeKind::kUnhandled: s.unhandled += n; break;
-      case emulator::OutcomeKind::kDeviceIo: s.device_io += n; break;
-    }
-    if (insn == TrapCountTables::kUndecodable) s.decode_errors += n;
-  };
   absl::MutexLock lock(&mu_);
-  for (const auto& [key, n] : retired_kinds_) add(std::get<1>(key), std::get<2>(key), n);
-  for (const auto& c : counters_) {
-    c->tables.ForEachKind([&](uint64_t, int insn, emulator::OutcomeKind outcome, uint64_t n) {
-      add(insn, outcome, n);
-    });
-  }
+  TrapStats s = retired_stats_;
+  for (const auto& c : counters_) AddCounters(c->by_kind, c->decode_errors, &s);
   s.traps = s.completed + s.exceptions + s.unhandled + s.device_io;
   return s;
 }
@@ -183,7 +196,8 @@ Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
     : owner_(owner),
       reader_(owner->store_),
       counters_(counters),
-      tables_(&counters->tables),
+      tables_(counters->tables.get()),
+      count_detail_(owner->options_.count_by_domain_and_msr),
       view_(std::make_unique<DomainView>(owner->shadow_, owner->options_.allow_host_writes)) {}
 
 Dispatcher::Session::~Session() { owner_->Retire(counters_); }
@@ -191,7 +205,10 @@ Dispatcher::Session::~Session() { owner_->Retire(counters_); }
 void Dispatcher::Retire(Session::Counters* counters) {
   std::shared_ptr<const policy::Snapshot> snapshot = store_.Current();
   absl::MutexLock lock(&mu_);
-  AddTables(counters->tables, *snapshot, &retired_domains_, &retired_kinds_, &retired_msrs_);
+  AddCounters(counters->by_kind, counters->decode_errors, &retired_stats_);
+  if (counters->tables != nullptr) {
+    AddTables(*counters->tables, *snapshot, &retired_domains_, &retired_kinds_, &retired_msrs_);
+  }
   counters_.erase(std::find_if(counters_.begin(), counters_.end(),
                                [&](const auto& c) { return c.get() == counters; }));
 }
@@ -258,7 +275,7 @@ Dispatcher::Counts Dispatcher::CountsByKey() const {
     kinds = retired_kinds_;
     msrs = retired_msrs_;
     for (const auto& c : counters_) {
-      AddTables(c->tables, *snapshot, nullptr, &kinds, &msrs);
+      if (c->tables != nullptr) AddTables(*c->tables, *snapshot, nullptr, &kinds, &msrs);
     }
   }
   const auto domain_of = [](uint64_t key) {
@@ -301,10 +318,29 @@ Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain
   CachedDomain& slot = domain_cache_[domain & (kDomainCacheSize - 1)];
   if (slot.snap == nullptr || slot.domain != domain) [[unlikely]] {
     slot.domain = domain;
-    slot.block = tables_->BlockFor(domain);
+    if (count_detail_) slot.block = tables_->BlockFor(domain);
     slot.snap = &snapshot.ForDomain(domain);
   }
   return slot;
+}
+
+void Dispatcher::Session::CountDetail(const emulator::Trap& trap,
+                                      const emulator::Instruction& decoded,
+                                      emulator::DecodeError decode_error,
+                                      const emulator::Outcome& out, uint32_t block) {
+  TrapCountTables& tables = *tables_;
+  const bool msr_lookup = view_->TakeMsrLookup();
+  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] {
+    tables.CountTrap(block, TrapCountTables::kUndecodable, out.kind);
+    return;
+  }
+  tables.CountTrap(block, static_cast<int>(decoded.kind), out.kind);
+  const bool msr_insn =
+      decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
+  if (msr_insn && msr_lookup) {
+    tables.CountMsr(trap.domain, view_->msr_index(), decoded.kind == emulator::InsnKind::kWrmsr,
+                    view_->decision());
+  }
 }
 
 template <bool kObservers>
@@ -319,20 +355,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
       emulator::DecodeAndEmulateWith(trap, *view_, owner_->host_, &decoded, &decode_error);
-  // The trap counters are GetStats and /metrics: always on, in both
-  // configurations.
-  TrapCountTables& tables = *tables_;
-  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] {
-    tables.CountTrap(cached.block, TrapCountTables::kUndecodable, out.kind);
-  } else {
-    tables.CountTrap(cached.block, static_cast<int>(decoded.kind), out.kind);
-    const bool msr_insn =
-        decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
-    if (msr_insn && view_->msr_looked_up()) {
-      tables.CountMsr(trap.domain, view_->msr_index(),
-                      decoded.kind == emulator::InsnKind::kWrmsr, view_->decision());
-    }
-  }
+  // The trap counters are GetStats: always on, in both configurations.
+  Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
+  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
+  // The breakdown by domain, instruction and MSR (CountsByKey, /metrics):
+  // only when asked for; off, one branch that always predicts.
+  if (count_detail_) [[unlikely]] CountDetail(trap, decoded, decode_error, out, cached.block);
   if constexpr (kObservers) {
     // Audit (off unless a watcher listens), capture (off unless pvemud
     // --capture): one load and one branch that predicts while all are off.

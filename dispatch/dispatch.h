@@ -40,6 +40,12 @@ struct DispatchOptions {
   // The daemon's half of the host-write guard: a PASSTHROUGH write reaches
   // the host only if the rule says allow_host_write AND this is true.
   bool allow_host_writes = false;
+  // Trap counts by (domain, instruction, outcome) and MSR accesses by
+  // (domain, MSR, access, action): CountsByKey(), /metrics, `pvemuctl stats
+  // --msrs` (pvemud --metrics or --count-msrs). Off, a trap pays one
+  // predictable branch for them and a session allocates no tables; Stats()
+  // (the by-outcome totals) counts either way.
+  bool count_by_domain_and_msr = false;
 };
 
 // Records every handled trap with its outcome as an expectation, to a trap
@@ -105,6 +111,12 @@ class Dispatcher {
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
 
+    // The count_by_domain_and_msr half of a trap, out of line.
+    ABSL_ATTRIBUTE_NOINLINE void CountDetail(const emulator::Trap& trap,
+                                             const emulator::Instruction& decoded,
+                                             emulator::DecodeError decode_error,
+                                             const emulator::Outcome& out, uint32_t block);
+
     struct CachedDomain {
       uint32_t domain = 0;
       uint32_t block = 0;  // the domain's trap counts (TrapCountTables::BlockFor)
@@ -118,7 +130,8 @@ class Dispatcher {
     Dispatcher* owner_;
     policy::SnapshotReader reader_;
     Counters* counters_;  // owned by the dispatcher until the session ends
-    TrapCountTables* tables_;  // counters_'s
+    TrapCountTables* tables_;  // counters_'s; null unless count_by_domain_and_msr
+    const bool count_detail_;  // options_.count_by_domain_and_msr, read once
     static constexpr uint32_t kDomainCacheSize = 16;  // a power of two
     CachedDomain domain_cache_[kDomainCacheSize];
     uint64_t domain_cache_generation_ = 0;
@@ -147,8 +160,10 @@ class Dispatcher {
     std::vector<MsrCount> msrs;    // sorted by domain, msr ("other" last), access, action
   };
   // Every session's trap and MSR-access counts (past and present), summed
-  // and bounded as above. Off the trap path: locks, allocates.
+  // and bounded as above. Off the trap path: locks, allocates. Empty unless
+  // counting_by_domain_and_msr().
   Counts CountsByKey() const;
+  bool counting_by_domain_and_msr() const { return options_.count_by_domain_and_msr; }
 
   emulator::Host& host() const { return host_; }
   const policy::Store& store() const { return store_; }
@@ -181,8 +196,9 @@ class Dispatcher {
   mutable absl::Mutex mu_;
   // The live sessions' counters.
   std::vector<std::unique_ptr<Session::Counters>> counters_ ABSL_GUARDED_BY(mu_);
-  // The count tables of ended sessions, summed (Stats() and CountsByKey()
-  // still count their traps).
+  // Ended sessions' counts, summed (Stats() and CountsByKey() still count
+  // their traps): the by-outcome totals, and the tables when counting.
+  TrapStats retired_stats_ ABSL_GUARDED_BY(mu_);
   KindSums retired_kinds_ ABSL_GUARDED_BY(mu_);
   MsrSums retired_msrs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> retired_domains_ ABSL_GUARDED_BY(mu_);

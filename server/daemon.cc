@@ -189,6 +189,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
                                                warnings));
   dispatch::DispatchOptions dispatch_options;
   dispatch_options.allow_host_writes = options.allow_host_writes;
+  dispatch_options.count_by_domain_and_msr = options.count_msrs || !options.metrics.empty();
   dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, &audit_, dispatch_options);
   if (!options.capture.empty()) {
     ASSIGN_OR_RETURN(capture_, dispatch::TrapCapture::Open(options.capture));

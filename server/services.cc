@@ -396,7 +396,14 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   response->set_host(host_name_);
   response->set_host_vendor(dispatcher_.host().vendor());
-  if (request->msrs()) FillMsrStats(dispatcher_.CountsByKey().msrs, *request, response);
+  if (request->msrs()) {
+    if (!dispatcher_.counting_by_domain_and_msr()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this pvemud does not count MSR accesses: start pvemud with "
+                          "--count-msrs or --metrics");
+    }
+    FillMsrStats(dispatcher_.CountsByKey().msrs, *request, response);
+  }
   return grpc::Status::OK;
 }
 

@@ -26,9 +26,10 @@ class DefaultDispatcherTest : public ::testing::Test {
     auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
     ASSERT_TRUE(loaded.ok());
     store_ = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL)).value();
-    dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, nullptr,
-                                                       dispatch::DispatchOptions());
+    dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, nullptr, Options());
   }
+  // The dispatcher's options; the defaults unless a test says otherwise.
+  virtual dispatch::DispatchOptions Options() const { return dispatch::DispatchOptions(); }
 
   std::unique_ptr<server::SimHost> host_;
   std::unique_ptr<policy::Store> store_;

@@ -53,6 +53,11 @@ emulator::Trap Rdmsr(uint32_t domain, uint32_t msr, bool write = false) {
 // A real dispatcher: the sim Intel host and the shipped default policy.
 class TrapCountsTest : public DefaultDispatcherTest {
  protected:
+  dispatch::DispatchOptions Options() const override {
+    dispatch::DispatchOptions options;
+    options.count_by_domain_and_msr = true;
+    return options;
+  }
   std::string Render() {
     server::ExpositionWriter w;
     server::RenderTrapCounts(dispatcher_->CountsByKey(), &w);
@@ -120,6 +125,27 @@ TEST_F(TrapCountsTest, SeventyUnnamedMsrsInOneDomainGiveSixtyFourAndOther) {
   // Stable: the same 64 stay apart at the next scrape, more traps or not.
   session->Handle(Rdmsr(5, 0x40001000));
   EXPECT_EQ(CountSamples(Render(), "pvemu_msr_accesses_total"), 66);
+}
+
+// Off (the default): Stats() still counts every trap, ended sessions
+// included; CountsByKey() is empty.
+class TrapCountsOffTest : public DefaultDispatcherTest {};
+
+TEST_F(TrapCountsOffTest, StatsCountWithoutTheBreakdown) {
+  EXPECT_FALSE(dispatcher_->counting_by_domain_and_msr());
+  {
+    auto ended = dispatcher_->NewSession();
+    for (int i = 0; i < 3; ++i) ended->Handle(Rdmsr(0, 0x1b0));
+  }
+  auto session = dispatcher_->NewSession();
+  session->Handle(Rdmsr(7, 0x12345));
+  const dispatch::TrapStats stats = dispatcher_->Stats();
+  EXPECT_EQ(stats.traps, 4u);
+  EXPECT_EQ(stats.completed, 3u);
+  EXPECT_EQ(stats.exceptions, 1u);
+  const dispatch::Dispatcher::Counts counts = dispatcher_->CountsByKey();
+  EXPECT_TRUE(counts.kinds.empty());
+  EXPECT_TRUE(counts.msrs.empty());
 }
 
 // The real daemon with --metrics on a free loopback port.
@@ -243,6 +269,61 @@ TEST_F(MetricsDaemonTest, StatsMsrsListsEachDomainsMsrs) {
   EXPECT_EQ(output,
             "{\"domain\":7,\"msr\":\"0x1b0\",\"name\":\"IA32_ENERGY_PERF_BIAS\",\"reads\":3,"
             "\"writes\":0,\"actions\":{\"read\":{\"PASSTHROUGH\":3},\"write\":{}}}\n");
+}
+
+std::string RunPvemuctl(const std::string& args, int* exit_code) {
+  const char* build = std::getenv("PVEMU_BUILD_ROOT");
+  EXPECT_NE(build, nullptr);
+  const std::string command = absl::StrCat(build == nullptr ? "." : build, "/client/pvemuctl ",
+                                           args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  if (pipe == nullptr) return "";
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) output.append(buf, n);
+  const int status = pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return output;
+}
+
+TEST_F(MetricsDaemonTest, StatsMsrsWithoutCountingSaysHowToTurnItOn) {
+  StartDaemon();  // neither --metrics nor --count-msrs
+  Emulate(RdmsrTrap(7, 0x1b0));
+  v1::StatsRequest request;
+  request.set_msrs(true);
+  v1::StatsResponse response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = emulator_->GetStats(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("start pvemud with --count-msrs or --metrics"));
+  }
+  {
+    grpc::ClientContext context;
+    request.set_msrs(false);
+    ASSERT_TRUE(emulator_->GetStats(&context, request, &response).ok());
+    EXPECT_EQ(response.traps(), 1u);  // the totals count either way
+  }
+  int exit_code = 0;
+  const std::string output =
+      RunPvemuctl(absl::StrCat("--server=", options_.listen, " stats --msrs"), &exit_code);
+  EXPECT_EQ(exit_code, 1) << output;
+  EXPECT_EQ(output,
+            "pvemuctl: this pvemud does not count MSR accesses: start pvemud with "
+            "--count-msrs or --metrics\n");
+}
+
+TEST_F(MetricsDaemonTest, CountMsrsTurnsCountingOnWithoutHttp) {
+  options_.count_msrs = true;
+  StartDaemon();
+  for (int i = 0; i < 2; ++i) Emulate(RdmsrTrap(7, 0x1b0));
+  int exit_code = 0;
+  const std::string output = RunPvemuctl(
+      absl::StrCat("--server=", options_.listen, " -o json stats --msrs --domain=7"), &exit_code);
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("\"msr\":\"0x1b0\""));
+  EXPECT_THAT(output, HasSubstr("\"reads\":2"));
 }
 
 TEST_F(MetricsDaemonTest, BadAddressesFailAtStartNamingTheFlag) {
