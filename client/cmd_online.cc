@@ -319,16 +319,69 @@ int RunDomains(const Args& args) {
   return kExitOk;
 }
 
+// stats --msrs: one line per (domain, MSR) with its counts per access and
+// action.
+void PrintMsrStats(const v1::StatsResponse& response) {
+  if (!JsonOutput()) {
+    std::printf("%-7s %-11s %-32s %10s %10s  %s\n", "DOMAIN", "MSR", "NAME", "READS", "WRITES",
+                "ACTIONS");
+  }
+  for (const v1::MsrStats& m : response.msrs()) {
+    const std::string domain = m.domain_other() ? "other" : absl::StrCat(m.domain());
+    const std::string msr = m.msr_other() ? "other" : HexString(m.msr());
+    if (JsonOutput()) {
+      JsonLine read, write;
+      for (const v1::MsrStats::ActionCount& a : m.actions()) {
+        (a.access() == "write" ? write : read).Num(a.action(), static_cast<double>(a.count()));
+      }
+      JsonLine line;
+      if (m.domain_other()) {
+        line.Str("domain", "other");
+      } else {
+        line.Num("domain", m.domain());
+      }
+      line.Str("msr", msr)
+          .Str("name", m.name())
+          .Num("reads", static_cast<double>(m.reads()))
+          .Num("writes", static_cast<double>(m.writes()))
+          .Obj("actions", JsonLine().Obj("read", read).Obj("write", write))
+          .Print();
+    } else {
+      std::string actions;
+      for (const v1::MsrStats::ActionCount& a : m.actions()) {
+        absl::StrAppend(&actions, actions.empty() ? "" : ", ", a.access(), " ", a.action(), " ",
+                        a.count());
+      }
+      std::printf("%-7s %-11s %-32s %10llu %10llu  %s\n", domain.c_str(), msr.c_str(),
+                  m.name().empty() ? "-" : m.name().c_str(),
+                  static_cast<unsigned long long>(m.reads()),
+                  static_cast<unsigned long long>(m.writes()), actions.c_str());
+    }
+  }
+}
+
 int RunStats(const Args& args) {
   if (!args.empty()) return UsageError("stats takes no arguments");
+  v1::StatsRequest request;
+  request.set_msrs(absl::GetFlag(FLAGS_msrs));
+  if (std::string domain = absl::GetFlag(FLAGS_domain); !domain.empty()) {
+    if (!request.msrs()) return UsageError("stats: --domain goes with --msrs");
+    absl::StatusOr<uint32_t> id = ParseNumber32(domain, "--domain");
+    if (!id.ok()) return UsageError(id.status().message());
+    request.set_domain(*id);
+  }
   auto channel = Connect();
   if (!channel.ok()) return Fail(channel.status());
   auto stub = v1::EmulatorService::NewStub(*channel);
   grpc::ClientContext context;
   SetDeadline(&context);
   v1::StatsResponse response;
-  absl::Status status = FromGrpc(stub->GetStats(&context, v1::StatsRequest(), &response));
+  absl::Status status = FromGrpc(stub->GetStats(&context, request, &response));
   if (!status.ok()) return Fail(status);
+  if (request.msrs()) {
+    PrintMsrStats(response);
+    return kExitOk;
+  }
   if (JsonOutput()) {
     JsonLine()
         .Num("traps", static_cast<double>(response.traps()))

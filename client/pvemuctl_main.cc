@@ -44,7 +44,7 @@ unix:///run/pvemu/pvemu.sock):
                   [--if-generation=G]
   policy delete-rule --domain=N|default --msr=MSR|--range=FIRST-LAST [--host-vendor=V]
   policy diff -f FILE [--domain=N|default]
-  domains | stats | watch [--count=N]
+  domains | stats [--msrs [--domain=N]] | watch [--count=N]
 
 Exit status: 0 success, 1 invalid input or failed check, 2 usage error,
 3 server unreachable. Numbers are decimal or 0x hex; MSRs also by name.

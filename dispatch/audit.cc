@@ -82,10 +82,16 @@ void AuditHub::Deliver(v1::AuditEvent event) {
     absl::MutexLock sub_lock(&sub->mu_);
     if (event.has_trap() && sub->queue_.size() >= kQueueLimit) {
       ++sub->dropped_;  // a slow watcher loses trap events, never edits
+      ++dropped_;
       continue;
     }
     sub->queue_.push_back(event);
   }
+}
+
+AuditHub::Stats AuditHub::stats() {
+  absl::MutexLock lock(&mu_);
+  return Stats{subs_.size(), rate_limited_, dropped_};
 }
 
 void AuditHub::PublishEdit(v1::EditEvent edit) {
@@ -104,6 +110,7 @@ void AuditHub::PublishTrap(v1::TrapEvent trap, bool unknown) {
     absl::Time now = absl::Now();
     if (now - rate.last < kUnknownMsrInterval) {
       ++rate.suppressed;
+      ++rate_limited_;
       return;
     }
     rate.last = now;

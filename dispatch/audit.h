@@ -64,6 +64,14 @@ class AuditHub final : public TrapObserver {
   void OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
               const emulator::Instruction& insn, emulator::DecodeError error) override;
 
+  // For /metrics: watchers now, and trap events not delivered since start.
+  struct Stats {
+    size_t watchers = 0;
+    uint64_t rate_limited = 0;  // unknown-MSR events over kUnknownMsrInterval
+    uint64_t dropped = 0;       // trap events lost to a slow watcher's full queue
+  };
+  Stats stats();
+
   void PublishEdit(v1::EditEvent edit);
   // `unknown` events are rate-limited per (domain, msr).
   void PublishTrap(v1::TrapEvent trap, bool unknown);
@@ -79,6 +87,8 @@ class AuditHub final : public TrapObserver {
     uint64_t suppressed = 0;
   };
   absl::flat_hash_map<uint64_t, RateState> unknown_rate_ ABSL_GUARDED_BY(mu_);
+  uint64_t rate_limited_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pvemu::dispatch

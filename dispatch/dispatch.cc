@@ -1,7 +1,10 @@
 #include "dispatch/dispatch.h"
 #include "dispatch/dispatch_testing.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <tuple>
 
 #include "absl/base/attributes.h"
 #include "absl/numeric/int128.h"
@@ -49,7 +52,20 @@ class Dispatcher::DomainView final : public emulator::Domain {
     domain_ = domain;
   }
 
+  // Whether Msr() ran since the last call (so: during this trap, when every
+  // trap takes it), which MSR, and the decision. Only the counting path
+  // takes it, so the path that does not count never clears the flag.
+  bool TakeMsrLookup() const {
+    const bool looked_up = msr_looked_up_;
+    msr_looked_up_ = false;
+    return looked_up;
+  }
+  uint32_t msr_index() const { return msr_index_; }
+  const MsrDecision& decision() const { return decision_; }
+
   const MsrDecision& Msr(uint32_t index) const override {
+    msr_looked_up_ = true;
+    msr_index_ = index;
     const policy::MsrEntry& e = snap_->Lookup(index);
     // Same numbering (static_asserts above); unspecified (0) reads as #GP.
     decision_.read = static_cast<MsrRead>(e.read);
@@ -115,20 +131,36 @@ class Dispatcher::DomainView final : public emulator::Domain {
   uint32_t domain_ = 0;
   const bool allow_host_writes_;
   mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
+  mutable uint32_t msr_index_ = 0;
+  mutable bool msr_looked_up_ = false;
 };
 
-// One session's counters: written only by its thread (relaxed stores, no
-// read-modify-write), read by Stats() from any thread.
+// One session's counters: its tables, written only by its thread (relaxed
+// stores, no read-modify-write), read by Stats() and CountsByKey() from any
+// thread until the session ends and they are folded into the sums.
 struct Dispatcher::Session::Counters {
   // Indexed by OutcomeKind (1..4, masked to stay in bounds); the trap count
-  // is their sum, so a trap costs one counter update.
+  // is their sum, so a trap costs one counter update. Always on (Stats()).
   std::atomic<uint64_t> by_kind[8] = {};
   std::atomic<uint64_t> decode_errors{0};
+  // Only with count_by_domain_and_msr (tens of KiB a session).
+  std::unique_ptr<TrapCountTables> tables;
 };
 
 namespace {
 void Bump(std::atomic<uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+void AddCounters(const std::atomic<uint64_t> (&by_kind)[8],
+                 const std::atomic<uint64_t>& decode_errors, TrapStats* s) {
+  const auto kind = [&](emulator::OutcomeKind k) {
+    return by_kind[static_cast<int>(k)].load(std::memory_order_relaxed);
+  };
+  s->completed += kind(emulator::OutcomeKind::kCompleted);
+  s->exceptions += kind(emulator::OutcomeKind::kException);
+  s->unhandled += kind(emulator::OutcomeKind::kUnhandled);
+  s->device_io += kind(emulator::OutcomeKind::kDeviceIo);
+  s->decode_errors += decode_errors.load(std::memory_order_relaxed);
 }
 }  // namespace
 
@@ -143,6 +175,7 @@ Dispatcher::~Dispatcher() = default;
 
 std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
   auto counters = std::make_unique<Session::Counters>();
+  if (options_.count_by_domain_and_msr) counters->tables = std::make_unique<TrapCountTables>();
   Session::Counters* raw = counters.get();
   {
     absl::MutexLock lock(&mu_);
@@ -152,18 +185,9 @@ std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
 }
 
 TrapStats Dispatcher::Stats() const {
-  TrapStats s;
   absl::MutexLock lock(&mu_);
-  for (const auto& c : counters_) {
-    const auto kind = [&](emulator::OutcomeKind k) {
-      return c->by_kind[static_cast<int>(k)].load(std::memory_order_relaxed);
-    };
-    s.completed += kind(emulator::OutcomeKind::kCompleted);
-    s.exceptions += kind(emulator::OutcomeKind::kException);
-    s.unhandled += kind(emulator::OutcomeKind::kUnhandled);
-    s.device_io += kind(emulator::OutcomeKind::kDeviceIo);
-    s.decode_errors += c->decode_errors.load(std::memory_order_relaxed);
-  }
+  TrapStats s = retired_stats_;
+  for (const auto& c : counters_) AddCounters(c->by_kind, c->decode_errors, &s);
   s.traps = s.completed + s.exceptions + s.unhandled + s.device_io;
   return s;
 }
@@ -172,11 +196,120 @@ Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
     : owner_(owner),
       reader_(owner->store_),
       counters_(counters),
+      tables_(counters->tables.get()),
+      count_detail_(owner->options_.count_by_domain_and_msr),
       view_(std::make_unique<DomainView>(owner->shadow_, owner->options_.allow_host_writes)) {}
 
-Dispatcher::Session::~Session() = default;
+Dispatcher::Session::~Session() { owner_->Retire(counters_); }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline const policy::DomainSnapshot&
+void Dispatcher::Retire(Session::Counters* counters) {
+  std::shared_ptr<const policy::Snapshot> snapshot = store_.Current();
+  absl::MutexLock lock(&mu_);
+  AddCounters(counters->by_kind, counters->decode_errors, &retired_stats_);
+  if (counters->tables != nullptr) {
+    AddTables(*counters->tables, *snapshot, &retired_domains_, &retired_kinds_, &retired_msrs_);
+  }
+  counters_.erase(std::find_if(counters_.begin(), counters_.end(),
+                               [&](const auto& c) { return c.get() == counters; }));
+}
+
+void Dispatcher::AddTables(const TrapCountTables& tables, const policy::Snapshot& snapshot,
+                           absl::flat_hash_set<uint32_t>* domains, KindSums* kinds,
+                           MsrSums* msrs) const {
+  // A domain kept apart, or kOtherDomain past the bound.
+  const auto domain_key = [&](uint32_t domain) -> uint64_t {
+    if (domains == nullptr || domains->contains(domain)) return domain;
+    if (domains->size() >= kMaxRetiredDomains) return kOtherDomain;
+    domains->insert(domain);
+    return domain;
+  };
+  tables.ForEachKind([&](uint64_t domain, int insn, emulator::OutcomeKind outcome, uint64_t n) {
+    const uint64_t key = domain == kOtherDomain ? kOtherDomain : domain_key(static_cast<uint32_t>(domain));
+    (*kinds)[KindKey(key, insn, outcome)] += n;
+  });
+  struct Access {
+    uint32_t domain, msr, code;
+    uint64_t count;
+  };
+  std::vector<Access> accesses;
+  tables.msrs.ForEach(
+      [&](uint64_t key, uint64_t n) {
+        Access a{0, 0, 0, n};
+        TrapCountTables::DecodeMsr(key, &a.domain, &a.msr, &a.code);
+        accesses.push_back(a);
+      },
+      [&](uint32_t code, uint64_t n) {
+        bool write = false;
+        const MsrAction action = TrapCountTables::DecodeMsrAction(code, &write);
+        (*msrs)[MsrKey(kOtherDomain, kOtherMsr, write, action)] += n;
+      });
+  // "The first seen" in MSR order, so that one call admits the same MSRs
+  // whatever the order of the table's slots.
+  std::sort(accesses.begin(), accesses.end(), [](const Access& x, const Access& y) {
+    return std::tie(x.domain, x.msr, x.code) < std::tie(y.domain, y.msr, y.code);
+  });
+  for (const Access& a : accesses) {
+    const uint64_t domain = domain_key(a.domain);
+    uint64_t msr = kOtherMsr;
+    if (domain != kOtherDomain) {
+      absl::flat_hash_set<uint32_t>& admitted = admitted_[a.domain];
+      if (snapshot.ForDomain(a.domain).NamesMsr(a.msr) || admitted.contains(a.msr)) {
+        msr = a.msr;
+      } else if (admitted.size() < kMaxOtherMsrs) {
+        admitted.insert(a.msr);
+        msr = a.msr;
+      }
+    }
+    bool write = false;
+    const MsrAction action = TrapCountTables::DecodeMsrAction(a.code, &write);
+    (*msrs)[MsrKey(domain, msr, write, action)] += a.count;
+  }
+}
+
+Dispatcher::Counts Dispatcher::CountsByKey() const {
+  std::shared_ptr<const policy::Snapshot> snapshot = store_.Current();
+  KindSums kinds;
+  MsrSums msrs;
+  {
+    absl::MutexLock lock(&mu_);
+    kinds = retired_kinds_;
+    msrs = retired_msrs_;
+    for (const auto& c : counters_) {
+      if (c->tables != nullptr) AddTables(*c->tables, *snapshot, nullptr, &kinds, &msrs);
+    }
+  }
+  const auto domain_of = [](uint64_t key) {
+    return key == kOtherDomain ? std::nullopt : std::optional<uint32_t>(static_cast<uint32_t>(key));
+  };
+  Counts out;
+  for (const auto& [key, n] : kinds) {
+    KindCount k;
+    k.domain = domain_of(std::get<0>(key));
+    k.insn = std::get<1>(key);
+    k.outcome = std::get<2>(key);
+    k.count = n;
+    out.kinds.push_back(k);
+  }
+  for (const auto& [key, n] : msrs) {
+    const auto& [domain, msr, write, action] = key;
+    out.msrs.push_back(MsrCount{domain_of(domain), domain_of(msr), write, action, n});
+  }
+  // nullopt ("other") sorts last.
+  const auto rank = [](const std::optional<uint32_t>& v) {
+    return v.has_value() ? uint64_t{*v} : kOtherDomain;
+  };
+  std::sort(out.kinds.begin(), out.kinds.end(), [&](const KindCount& x, const KindCount& y) {
+    return std::make_tuple(rank(x.domain), x.insn, x.outcome) <
+           std::make_tuple(rank(y.domain), y.insn, y.outcome);
+  });
+  std::sort(out.msrs.begin(), out.msrs.end(), [&](const MsrCount& x, const MsrCount& y) {
+    return std::make_tuple(rank(x.domain), rank(x.msr), x.write, x.action) <
+           std::make_tuple(rank(y.domain), rank(y.msr), y.write, y.action);
+  });
+  return out;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline const Dispatcher::Session::CachedDomain&
 Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain) {
   if (domain_cache_generation_ != reader_.generation()) [[unlikely]] {
     for (CachedDomain& c : domain_cache_) c = CachedDomain{};
@@ -185,16 +318,37 @@ Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain
   CachedDomain& slot = domain_cache_[domain & (kDomainCacheSize - 1)];
   if (slot.snap == nullptr || slot.domain != domain) [[unlikely]] {
     slot.domain = domain;
+    if (count_detail_) slot.block = tables_->BlockFor(domain);
     slot.snap = &snapshot.ForDomain(domain);
   }
-  return *slot.snap;
+  return slot;
+}
+
+void Dispatcher::Session::CountDetail(const emulator::Trap& trap,
+                                      const emulator::Instruction& decoded,
+                                      emulator::DecodeError decode_error,
+                                      const emulator::Outcome& out, uint32_t block) {
+  TrapCountTables& tables = *tables_;
+  const bool msr_lookup = view_->TakeMsrLookup();
+  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] {
+    tables.CountTrap(block, TrapCountTables::kUndecodable, out.kind);
+    return;
+  }
+  tables.CountTrap(block, static_cast<int>(decoded.kind), out.kind);
+  const bool msr_insn =
+      decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
+  if (msr_insn && msr_lookup) {
+    tables.CountMsr(trap.domain, view_->msr_index(), decoded.kind == emulator::InsnKind::kWrmsr,
+                    view_->decision());
+  }
 }
 
 template <bool kObservers>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleImpl(
     const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
   const policy::Snapshot& snapshot = reader_.Get();
-  view_->Reset(ForDomain(snapshot, trap.domain), trap.domain);
+  const CachedDomain& cached = ForDomain(snapshot, trap.domain);
+  view_->Reset(*cached.snap, trap.domain);
   // Decoded in place into the caller's Instruction when it wants one.
   emulator::Instruction local;
   emulator::Instruction& decoded = insn != nullptr ? *insn : local;
@@ -203,7 +357,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
       emulator::DecodeAndEmulateWith(trap, *view_, owner_->host_, &decoded, &decode_error);
   // The trap counters are GetStats: always on, in both configurations.
   Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
-  if (decode_error != emulator::DecodeError::kOk) Bump(counters_->decode_errors);
+  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
+  // The breakdown by domain, instruction and MSR (CountsByKey, /metrics):
+  // only when asked for; off, one branch that always predicts.
+  if (count_detail_) [[unlikely]] CountDetail(trap, decoded, decode_error, out, cached.block);
   if constexpr (kObservers) {
     // Audit (off unless a watcher listens), capture (off unless pvemud
     // --capture): one load and one branch that predicts while all are off.

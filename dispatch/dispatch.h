@@ -14,10 +14,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "emulator/trap.h"
@@ -27,6 +31,7 @@
 #include "dispatch/audit.h"
 #include "dispatch/observer.h"
 #include "dispatch/shadow_store.h"
+#include "dispatch/trap_counts.h"
 #include "pvemu/v1/trap.pb.h"
 
 namespace pvemu::dispatch {
@@ -35,6 +40,12 @@ struct DispatchOptions {
   // The daemon's half of the host-write guard: a PASSTHROUGH write reaches
   // the host only if the rule says allow_host_write AND this is true.
   bool allow_host_writes = false;
+  // Trap counts by (domain, instruction, outcome) and MSR accesses by
+  // (domain, MSR, access, action): CountsByKey(), /metrics, `pvemuctl stats
+  // --msrs` (pvemud --metrics or --count-msrs). Off, a trap pays one
+  // predictable branch for them and a session allocates no tables; Stats()
+  // (the by-outcome totals) counts either way.
+  bool count_by_domain_and_msr = false;
 };
 
 // Records every handled trap with its outcome as an expectation, to a trap
@@ -100,18 +111,27 @@ class Dispatcher {
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
 
+    // The count_by_domain_and_msr half of a trap, out of line.
+    ABSL_ATTRIBUTE_NOINLINE void CountDetail(const emulator::Trap& trap,
+                                             const emulator::Instruction& decoded,
+                                             emulator::DecodeError decode_error,
+                                             const emulator::Outcome& out, uint32_t block);
+
+    struct CachedDomain {
+      uint32_t domain = 0;
+      uint32_t block = 0;  // the domain's trap counts (TrapCountTables::BlockFor)
+      const policy::DomainSnapshot* snap = nullptr;
+    };
     // The domain's compiled policy in the current snapshot, from a small
     // direct-mapped cache (a trap source sees few domains), so a trap skips
     // the snapshot's domain hash probe. Emptied when the generation moves.
-    const policy::DomainSnapshot& ForDomain(const policy::Snapshot& snapshot, uint32_t domain);
+    const CachedDomain& ForDomain(const policy::Snapshot& snapshot, uint32_t domain);
 
     Dispatcher* owner_;
     policy::SnapshotReader reader_;
-    Counters* counters_;  // owned by the dispatcher, outlives the session
-    struct CachedDomain {
-      uint32_t domain = 0;
-      const policy::DomainSnapshot* snap = nullptr;
-    };
+    Counters* counters_;  // owned by the dispatcher until the session ends
+    TrapCountTables* tables_;  // counters_'s; null unless count_by_domain_and_msr
+    const bool count_detail_;  // options_.count_by_domain_and_msr, read once
     static constexpr uint32_t kDomainCacheSize = 16;  // a power of two
     CachedDomain domain_cache_[kDomainCacheSize];
     uint64_t domain_cache_generation_ = 0;
@@ -129,6 +149,22 @@ class Dispatcher {
   // Sums every session's counters (past and present).
   TrapStats Stats() const;
 
+  // Per domain, MSRs that a rule names on its own are counted apart; of the
+  // others, the first kMaxOtherMsrs seen (in MSR order within one call), and
+  // the rest as msr "other".
+  static constexpr size_t kMaxOtherMsrs = 64;
+  // Domains the counts of ended sessions keep apart; more count as "other".
+  static constexpr size_t kMaxRetiredDomains = 1024;
+  struct Counts {
+    std::vector<KindCount> kinds;  // sorted by domain ("other" last), insn, outcome
+    std::vector<MsrCount> msrs;    // sorted by domain, msr ("other" last), access, action
+  };
+  // Every session's trap and MSR-access counts (past and present), summed
+  // and bounded as above. Off the trap path: locks, allocates. Empty unless
+  // counting_by_domain_and_msr().
+  Counts CountsByKey() const;
+  bool counting_by_domain_and_msr() const { return options_.count_by_domain_and_msr; }
+
   emulator::Host& host() const { return host_; }
   const policy::Store& store() const { return store_; }
 
@@ -139,10 +175,37 @@ class Dispatcher {
   const DispatchOptions options_;
   ShadowStore shadow_;
 
+  // Folds an ending session's tables into the retired sums and frees them.
+  void Retire(Session::Counters* counters);
+
+  // Keys of the summed counts: domain (kOtherDomain for overflow), then
+  // instruction and outcome, or msr (kOtherMsr beyond the bound), write,
+  // MsrAction.
+  static constexpr uint64_t kOtherDomain = TrapCountTables::kOtherDomain;
+  static constexpr uint64_t kOtherMsr = uint64_t{1} << 32;
+  using KindKey = std::tuple<uint64_t, int, emulator::OutcomeKind>;
+  using MsrKey = std::tuple<uint64_t, uint64_t, bool, MsrAction>;
+  using KindSums = absl::flat_hash_map<KindKey, uint64_t>;
+  using MsrSums = absl::flat_hash_map<MsrKey, uint64_t>;
+  // Adds one session's tables to the sums, bounding MSRs per domain.
+  // `domains` (null: no bound) keeps at most kMaxRetiredDomains apart.
+  void AddTables(const TrapCountTables& tables, const policy::Snapshot& snapshot,
+                 absl::flat_hash_set<uint32_t>* domains, KindSums* kinds, MsrSums* msrs) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
-  // Counter blocks live as long as the dispatcher so that Stats() still
-  // counts the traps of sessions that ended.
+  // The live sessions' counters.
   std::vector<std::unique_ptr<Session::Counters>> counters_ ABSL_GUARDED_BY(mu_);
+  // Ended sessions' counts, summed (Stats() and CountsByKey() still count
+  // their traps): the by-outcome totals, and the tables when counting.
+  TrapStats retired_stats_ ABSL_GUARDED_BY(mu_);
+  KindSums retired_kinds_ ABSL_GUARDED_BY(mu_);
+  MsrSums retired_msrs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint32_t> retired_domains_ ABSL_GUARDED_BY(mu_);
+  // Per domain, the unnamed MSRs counted apart (at most kMaxOtherMsrs):
+  // once admitted, always apart, so a series never moves into "other".
+  mutable absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint32_t>> admitted_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // The Outcome message for one handled trap: kind, registers, exception, the

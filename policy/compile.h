@@ -95,6 +95,9 @@ class DomainSnapshot {
   // One probe of the exact-MSR table, then on a miss one probe of the range
   // page table (policy/msr_index.h).
   const MsrEntry& Lookup(uint32_t msr) const { return entries_[index_.Find(msr)]; }
+  // Whether a rule names `msr` on its own (not through a range): the MSRs
+  // metrics always count apart (dispatch/trap_counts.h).
+  bool NamesMsr(uint32_t msr) const { return index_.HasSingle(msr); }
 
   // The CPUID decision for a leaf/subleaf, or nullptr: use the host's value.
   // An exact subleaf beats an any-subleaf entry; the domain beats the default.

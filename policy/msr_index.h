@@ -42,16 +42,14 @@ class MsrIndex {
                         std::vector<Interval> intervals, uint32_t fallback);
 
   uint32_t Find(uint32_t msr) const {
-    if (!singles_.empty()) {
-      for (uint32_t i = Slot(msr, singles_shift_);; i = (i + 1) & singles_mask_) {
-        const Entry& e = singles_[i];
-        if (e.value == 0) break;
-        if (e.key == msr) return e.value - 1;
-      }
-    }
+    const uint32_t single = FindSingle(msr);
+    if (single != 0) return single - 1;
     if (intervals_.empty()) return fallback_;
     return FindInIntervals(msr);
   }
+
+  // Whether `msr` is one of the singles (a rule names it on its own).
+  bool HasSingle(uint32_t msr) const { return FindSingle(msr) != 0; }
 
   size_t single_count() const { return single_count_; }
   const std::vector<Interval>& intervals() const { return intervals_; }
@@ -73,6 +71,15 @@ class MsrIndex {
     uint32_t end;
   };
 
+  // The single's decision + 1, or 0.
+  uint32_t FindSingle(uint32_t msr) const {
+    if (singles_.empty()) return 0;
+    for (uint32_t i = Slot(msr, singles_shift_);; i = (i + 1) & singles_mask_) {
+      const Entry& e = singles_[i];
+      if (e.value == 0) return 0;
+      if (e.key == msr) return e.value;
+    }
+  }
   static uint32_t Slot(uint32_t key, int shift) {
     // Fibonacci hashing: MSR numbers cluster, and the multiply spreads
     // neighbours over the whole table.

@@ -24,6 +24,8 @@
 #include "server/hosts/open_host.h"
 #include "server/hosts/xen/xen_host.h"
 #include "server/listener.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/services.h"
 #include "server/hosts/xen/xen_monitor.h"
 #include "server/hosts/xen/xen_vm_event.h"
@@ -61,12 +63,18 @@ class DaemonImpl final : public Daemon {
     return absl::StrCat("pvemud: ready on ", listen_, " (host ", host_->description(),
                         ", policy generation ", store_->generation(),
                         state_dir_.empty() ? ", in memory" : ", state in " + state_dir_,
-                        host_writes_ ? ", host MSR writes ENABLED" : "", ")");
+                        host_writes_ ? ", host MSR writes ENABLED" : "",
+                        metrics_http_ == nullptr
+                            ? ""
+                            : absl::StrCat(", metrics on http://", metrics_http_->address(),
+                                           "/metrics"),
+                        ")");
   }
 
   void Shutdown() override {
     if (shut_down_) return;
     shut_down_ = true;
+    metrics_http_.reset();  // waits for a scrape in progress
     // First release every guest vCPU the monitors hold (they answer what is
     // still on their rings), then stop serving.
     for (auto& monitor : monitors_) monitor->Stop();
@@ -97,6 +105,7 @@ class DaemonImpl final : public Daemon {
   emulator::Host* raw_host_ = nullptr;    // the backend itself
   std::unique_ptr<policy::Store> store_;
   dispatch::AuditHub audit_;
+  RpcMetrics rpc_metrics_;  // counted only while --metrics is on
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
   std::unique_ptr<dispatch::TrapCapture> capture_;
   std::vector<std::unique_ptr<XenMonitor>> monitors_;
@@ -107,6 +116,7 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<AuditServiceImpl> audit_service_;
   std::unique_ptr<UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads everything above
 };
 
 // Every accepted edit: to the watchers, to stderr (the journal) and to
@@ -162,6 +172,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
         "SO_PEERCRED instead: drop the --tls-* flags or listen on host:port");
   }
 
+  if (!options.metrics.empty()) RETURN_IF_ERROR(ParseMetricsAddress(options.metrics).status());
   ASSIGN_OR_RETURN(AllowList readers, ParseAllowList(options.readers, "readers"));
   ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));
 
@@ -184,6 +195,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
                                                warnings));
   dispatch::DispatchOptions dispatch_options;
   dispatch_options.allow_host_writes = options.allow_host_writes;
+  dispatch_options.count_by_domain_and_msr = options.count_msrs || !options.metrics.empty();
   dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, &audit_, dispatch_options);
   if (!options.capture.empty()) {
     ASSIGN_OR_RETURN(capture_, dispatch::TrapCapture::Open(options.capture));
@@ -193,7 +205,9 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
 
   LiveDomainsFn live;
   if (auto* xen = dynamic_cast<XenHost*>(raw_host_); xen != nullptr) live = XenDomains(xen);
-  policy_service_ = std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live));
+  RpcMetrics* rpc_metrics = options.metrics.empty() ? nullptr : &rpc_metrics_;
+  policy_service_ =
+      std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics);
   emulator_service_ = std::make_unique<EmulatorServiceImpl>(
       *dispatcher_, *auth_, std::string(host_->description()));
   audit_service_ = std::make_unique<AuditServiceImpl>(audit_, *auth_);
@@ -207,6 +221,17 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   builder.RegisterService(policy_service_.get());
   builder.RegisterService(emulator_service_.get());
   builder.RegisterService(audit_service_.get());
+  if (rpc_metrics != nullptr) {
+    // Every RPC's final status, whichever service and however it ended
+    // (refused by auth, a stream cut short): one place, no method forgotten.
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(NewRpcCountingInterceptorFactory(rpc_metrics));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+    MetricsSources sources{dispatcher_.get(), store_.get(), &audit_, rpc_metrics};
+    ASSIGN_OR_RETURN(metrics_http_, MetricsHttpServer::Start(options.metrics, [sources] {
+                       return RenderMetrics(sources);
+                     }));
+  }
   int tcp_port = 0;
   if (tls) {
     grpc::SslServerCredentialsOptions ssl(

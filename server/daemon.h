@@ -28,6 +28,12 @@ struct DaemonOptions {
   unsigned socket_mode = 0660;
   int max_message_bytes = 4 << 20;   // requests larger than this are refused
   std::string capture;               // record every trap to this trap log ("" = off)
+  // Serve GET /metrics (Prometheus text format) on HOST:PORT ("" = off).
+  std::string metrics;
+  // Count traps by (domain, instruction, outcome) and MSR accesses by
+  // (domain, MSR, access, action) for `pvemuctl stats --msrs`; on also
+  // whenever `metrics` is set. Off, a trap pays nothing for it.
+  bool count_msrs = false;
   // xen only: watch these HVM domains' writes of these MSRs on Xen's
   // vm_event ring and answer them from the policy (server/xen_monitor.h).
   std::vector<uint32_t> monitor_domains;

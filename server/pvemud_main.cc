@@ -43,6 +43,13 @@ ABSL_FLAG(std::vector<std::string>, monitor_domain, {},
           "xen: HVM domains whose MSR writes to watch on Xen's vm_event ring (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, monitor_msrs, {},
           "xen: the MSRs (names or numbers, comma-separated) whose writes --monitor-domain decides");
+ABSL_FLAG(std::string, metrics, "",
+          "serve GET /metrics (Prometheus text format) over HTTP on exactly HOST:PORT, "
+          "e.g. 127.0.0.1:9464; off by default. Implies --count-msrs");
+ABSL_FLAG(bool, count_msrs, false,
+          "count traps by domain and instruction and MSR accesses by domain, MSR, access and "
+          "action, for 'pvemuctl stats --msrs' (on with --metrics); off by default, so that "
+          "the trap path pays nothing for it");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
 
 namespace {
@@ -68,7 +75,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pvemu privileged-operation emulator daemon.\n"
       "Usage: pvemud [--host=sim|xen|linux] [--host-profile=NAME|FILE] [--listen=ADDR] "
-      "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST]");
+      "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST] "
+      "[--metrics=HOST:PORT] [--count-msrs]");
   absl::ParseCommandLine(argc, argv);
 
   // Signals are taken synchronously by this thread; every other thread
@@ -94,6 +102,8 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.capture = absl::GetFlag(FLAGS_capture);
+  options.metrics = absl::GetFlag(FLAGS_metrics);
+  options.count_msrs = absl::GetFlag(FLAGS_count_msrs);
 
   for (const std::string& d : absl::GetFlag(FLAGS_monitor_domain)) {
     uint32_t id = 0;

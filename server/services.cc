@@ -99,6 +99,14 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
 }
 
+template <typename Edit>
+absl::StatusOr<policy::EditResult> PolicyServiceImpl::Timed(Edit edit) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<policy::EditResult> result = edit();
+  if (metrics_ != nullptr) metrics_->CountEdit(result.status(), absl::Now() - start);
+  return result;
+}
+
 grpc::Status PolicyServiceImpl::GetPolicy(grpc::ServerContext* context,
                                           const v1::GetPolicyRequest* request,
                                           v1::GetPolicyResponse* response) {
@@ -142,10 +150,11 @@ grpc::Status PolicyServiceImpl::ApplyPolicy(grpc::ServerContext* context,
                          request->source_name());
   if (!loaded.ok()) return ToGrpc(loaded.status());
   policy::EditOptions options = EditOptionsFor(request->if_generation(), auth_, *context);
-  absl::StatusOr<policy::EditResult> result =
-      layer->has_value()
-          ? store_.ApplyLayer(**layer, loaded->policy, loaded->source, options)
-          : store_.ApplyPolicy(loaded->policy, loaded->source, options);
+  absl::StatusOr<policy::EditResult> result = Timed([&] {
+    return layer->has_value()
+               ? store_.ApplyLayer(**layer, loaded->policy, loaded->source, options)
+               : store_.ApplyPolicy(loaded->policy, loaded->source, options);
+  });
   if (!result.ok()) return ToGrpc(result.status());
   FillEdit(*result, response);
   return grpc::Status::OK;
@@ -157,8 +166,10 @@ grpc::Status PolicyServiceImpl::EditRule(grpc::ServerContext* context, const Req
   REQUIRE_ROLE(Role::kEditor, "editing");
   auto layer = LayerOf(request.layer(), request.has_layer(), true);
   if (!layer.ok()) return ToGrpc(layer.status());
-  auto result = (store_.*edit)(**layer, request.rule(),
-                               EditOptionsFor(request.if_generation(), auth_, *context));
+  auto result = Timed([&] {
+    return (store_.*edit)(**layer, request.rule(),
+                          EditOptionsFor(request.if_generation(), auth_, *context));
+  });
   if (!result.ok()) return ToGrpc(result.status());
   FillEdit(*result, response);
   return grpc::Status::OK;
@@ -333,8 +344,41 @@ grpc::Status EmulatorServiceImpl::EmulateStream(
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The MSR counts (sorted by domain, MSR) as one MsrStats per (domain, MSR).
+void FillMsrStats(const std::vector<dispatch::MsrCount>& counts, const v1::StatsRequest& request,
+                  v1::StatsResponse* response) {
+  v1::MsrStats* line = nullptr;
+  for (const dispatch::MsrCount& c : counts) {
+    if (request.has_domain() && c.domain != request.domain()) continue;
+    const bool same = line != nullptr && line->domain_other() == !c.domain.has_value() &&
+                      line->domain() == c.domain.value_or(0) &&
+                      line->msr_other() == !c.msr.has_value() && line->msr() == c.msr.value_or(0);
+    if (!same) {
+      line = response->add_msrs();
+      line->set_domain(c.domain.value_or(0));
+      line->set_domain_other(!c.domain.has_value());
+      line->set_msr(c.msr.value_or(0));
+      line->set_msr_other(!c.msr.has_value());
+      if (c.msr.has_value()) line->set_name(std::string(x86::MsrName(*c.msr)));
+    }
+    if (c.write) {
+      line->set_writes(line->writes() + c.count);
+    } else {
+      line->set_reads(line->reads() + c.count);
+    }
+    v1::MsrStats::ActionCount* action = line->add_actions();
+    action->set_access(c.write ? "write" : "read");
+    action->set_action(std::string(dispatch::MsrActionName(c.action)));
+    action->set_count(c.count);
+  }
+}
+
+}  // namespace
+
 grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
-                                           const v1::StatsRequest*,
+                                           const v1::StatsRequest* request,
                                            v1::StatsResponse* response) {
   REQUIRE_ROLE(Role::kReader, "reading");
   dispatch::TrapStats s = dispatcher_.Stats();
@@ -349,6 +393,14 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   response->set_host(host_name_);
   response->set_host_vendor(dispatcher_.host().vendor());
+  if (request->msrs()) {
+    if (!dispatcher_.counting_by_domain_and_msr()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this pvemud does not count MSR accesses: start pvemud with "
+                          "--count-msrs or --metrics");
+    }
+    FillMsrStats(dispatcher_.CountsByKey().msrs, *request, response);
+  }
   return grpc::Status::OK;
 }
 

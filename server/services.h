@@ -17,6 +17,7 @@
 #include "dispatch/audit.h"
 #include "server/auth.h"
 #include "dispatch/dispatch.h"
+#include "server/metrics.h"
 
 namespace pvemu::server {
 
@@ -28,8 +29,10 @@ grpc::Status ToGrpc(const absl::Status& status);
 
 class PolicyServiceImpl final : public v1::PolicyService::Service {
  public:
-  PolicyServiceImpl(policy::Store& store, const Authorizer& auth, LiveDomainsFn live)
-      : store_(store), auth_(auth), live_(std::move(live)) {}
+  // `metrics` (may be null) counts and times the edits that reach the store.
+  PolicyServiceImpl(policy::Store& store, const Authorizer& auth, LiveDomainsFn live,
+                    RpcMetrics* metrics = nullptr)
+      : store_(store), auth_(auth), live_(std::move(live)), metrics_(metrics) {}
 
   grpc::Status GetPolicy(grpc::ServerContext* context, const v1::GetPolicyRequest* request,
                          v1::GetPolicyResponse* response) override;
@@ -55,10 +58,14 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
   template <typename Request>
   grpc::Status EditRule(grpc::ServerContext* context, const Request& request, RuleEdit edit,
                         v1::EditResponse* response);
+  // Runs one edit against the store, counted and timed for /metrics.
+  template <typename Edit>
+  absl::StatusOr<policy::EditResult> Timed(Edit edit);
 
   policy::Store& store_;
   const Authorizer& auth_;
   LiveDomainsFn live_;
+  RpcMetrics* metrics_;
 };
 
 class EmulatorServiceImpl final : public v1::EmulatorService::Service {

@@ -6,6 +6,8 @@
 //   BM_DispatchHooksOff within 2% of BM_DispatchHooksBare (and
 //   BM_DispatchHooksOverhead's overhead_pct, the same comparison interleaved);
 //   heap_allocs == 0: allocations over a whole pass of the traps after warm-up.
+// All with the default DispatchOptions (count_by_domain_and_msr off);
+// BM_DispatchMixCounting and BM_DispatchCountingOverhead measure it on.
 #include <array>
 #include <memory>
 #include <vector>
@@ -37,7 +39,8 @@ struct World {
   dispatch::AuditHub audit;
   std::unique_ptr<dispatch::Dispatcher> dispatcher;
 
-  explicit World(const v1::Policy* policy = nullptr) {
+  explicit World(const v1::Policy* policy = nullptr,
+                 dispatch::DispatchOptions options = dispatch::DispatchOptions()) {
     v1::HostProfile profile;
     (void)ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
     host = std::move(server::SimHost::Create(profile, "intel")).value();
@@ -50,8 +53,7 @@ struct World {
                                                   v1::INTEL))
                   .value();
     }
-    dispatcher = std::make_unique<dispatch::Dispatcher>(*store, *host, &audit,
-                                                      dispatch::DispatchOptions());
+    dispatcher = std::make_unique<dispatch::Dispatcher>(*store, *host, &audit, options);
   }
 };
 
@@ -66,9 +68,15 @@ uint64_t AllocationsPerPass(dispatch::Dispatcher::Session& session,
   return HeapAllocations() - before;
 }
 
-template <bool kBare>
+dispatch::DispatchOptions CountingOptions() {
+  dispatch::DispatchOptions options;
+  options.count_by_domain_and_msr = true;
+  return options;
+}
+
+template <bool kBare, bool kCounting = false>
 void RunMix(benchmark::State& state) {
-  World world;
+  World world(nullptr, kCounting ? CountingOptions() : dispatch::DispatchOptions());
   auto session = world.dispatcher->NewSession();
   const std::vector<emulator::Trap> traps = MakeTrapMix();
   const uint64_t allocs = AllocationsPerPass(*session, traps);
@@ -149,6 +157,36 @@ void BM_DispatchMixVsZydis(benchmark::State& state) {
   state.counters["ratio"] = zydis / dispatch;
 }
 BENCHMARK(BM_DispatchMixVsZydis);
+
+// With count_by_domain_and_msr on (pvemud --metrics / --count-msrs): what
+// the breakdown by domain, instruction and MSR costs when asked for.
+void BM_DispatchMixCounting(benchmark::State& state) { RunMix<false, true>(state); }
+BENCHMARK(BM_DispatchMixCounting);
+
+// The same cost interleaved (interleave.h): a dispatcher counting against
+// one with the default options (off), on the same traps.
+//   counting_pct = on vs off; noise_pct = off B vs off A.
+void BM_DispatchCountingOverhead(benchmark::State& state) {
+  World off, on(nullptr, CountingOptions());
+  auto off_session = off.dispatcher->NewSession();
+  auto on_session = on.dispatcher->NewSession();
+  const std::vector<emulator::Trap> traps = MakeTrapMix();
+  (void)AllocationsPerPass(*off_session, traps);
+  (void)AllocationsPerPass(*on_session, traps);
+  // Variants: on A, off A, on B, off B.
+  const std::array<double, 4> ns =
+      InterleavedMedians<4>(state, traps.size(), [&](int which, size_t i) {
+        emulator::Outcome out =
+            which % 2 == 0 ? on_session->Handle(traps[i]) : off_session->Handle(traps[i]);
+        benchmark::DoNotOptimize(out);
+      });
+  const double counting = (ns[0] + ns[2]) / 2, plain = (ns[1] + ns[3]) / 2;
+  state.counters["counting_ns"] = counting;
+  state.counters["off_ns"] = plain;
+  state.counters["counting_pct"] = 100.0 * (counting - plain) / plain;
+  state.counters["noise_pct"] = 100.0 * (ns[3] - ns[1]) / ns[1];
+}
+BENCHMARK(BM_DispatchCountingOverhead);
 
 
 // RDMSR traps for a policy of `rules` rules (half single, half ranges):

@@ -17,6 +17,7 @@
 #include "base/textproto.h"
 #include "server/hosts/sim_host.h"
 #include "tests/bench/trap_mix.h"
+#include "tests/dispatch/dispatcher_fixture.h"
 
 namespace pvemu::dispatch {
 namespace {
@@ -38,17 +39,8 @@ uint64_t ReadValue(const emulator::Outcome& out) {
 }
 
 
-class DispatchTest : public ::testing::Test {
+class DispatchTest : public ::pvemu::testing::DefaultDispatcherTest {
  protected:
-  void SetUp() override {
-    v1::HostProfile profile;
-    ASSERT_TRUE(ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile).ok());
-    host_ = std::move(server::SimHost::Create(profile, "intel")).value();
-    auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
-    ASSERT_TRUE(loaded.ok());
-    store_ = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL)).value();
-    dispatcher_ = std::make_unique<Dispatcher>(*store_, *host_, nullptr, DispatchOptions());
-  }
 
   // A CONST read of IA32_ENERGY_PERF_BIAS in `domain`'s overlay.
   void SetConst(uint32_t domain, uint64_t value) {
@@ -59,9 +51,6 @@ class DispatchTest : public ::testing::Test {
     ASSERT_TRUE(store_->SetRule(policy::LayerRef::Domain(domain), rule, policy::EditOptions()).ok());
   }
 
-  std::unique_ptr<server::SimHost> host_;
-  std::unique_ptr<policy::Store> store_;
-  std::unique_ptr<Dispatcher> dispatcher_;
 };
 
 TEST_F(DispatchTest, SessionSeesAnEditAtItsNextTrap) {

@@ -84,6 +84,17 @@ inline std::pair<int, std::string> RunAs(uid_t uid, const std::vector<std::strin
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
 }
 
+// An RDMSR of `msr` by `domain`'s vCPU 0 in 64-bit mode.
+inline v1::Trap RdmsrTrap(uint32_t domain, uint32_t msr) {
+  v1::Trap trap;
+  trap.set_domain(domain);
+  trap.set_mode(v1::MODE_64);
+  trap.set_insn(std::string("\x0f\x32", 2));
+  trap.mutable_regs()->set_rcx(msr);
+  trap.mutable_regs()->set_rip(0x1000);
+  return trap;
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -24,16 +24,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::Trap RdmsrTrap(uint32_t domain, uint32_t msr) {
-  v1::Trap trap;
-  trap.set_domain(domain);
-  trap.set_mode(v1::MODE_64);
-  trap.set_insn(std::string("\x0f\x32", 2));
-  trap.mutable_regs()->set_rcx(msr);
-  trap.mutable_regs()->set_rip(0x1000);
-  return trap;
-}
-
 v1::SetRuleRequest ConstRule(uint32_t domain, const std::string& msr, uint64_t value) {
   v1::SetRuleRequest request;
   request.mutable_layer()->set_domain(domain);

@@ -1,0 +1,62 @@
+#include "dispatch/trap_counts.h"
+
+#include "emulator/decoder.h"
+
+namespace pvemu::dispatch {
+
+absl::string_view MsrActionName(MsrAction action) {
+  switch (action) {
+    case MsrAction::kPassthrough: return "PASSTHROUGH";
+    case MsrAction::kConst: return "CONST";
+    case MsrAction::kShadow: return "SHADOW";
+    case MsrAction::kZero: return "ZERO";
+    case MsrAction::kGp: return "GP";
+    case MsrAction::kIgnore: return "IGNORE";
+    case MsrAction::kUnknownGp: return "UNKNOWN_GP";
+    case MsrAction::kUnknownRelaxed: return "UNKNOWN_RELAXED";
+  }
+  return "GP";
+}
+
+MsrAction TrapCountTables::DecodeMsrAction(uint32_t code, bool* write) {
+  *write = (code >> 4) & 1;
+  const bool unknown = (code >> 3) & 1;
+  const uint32_t raw = code & 7;
+  if (unknown) {
+    // The unknown-MSR mode: GP, or RELAXED (reads 0, writes dropped).
+    const bool gp = *write ? raw == static_cast<uint32_t>(emulator::MsrWrite::kGp)
+                           : raw == static_cast<uint32_t>(emulator::MsrRead::kGp);
+    return gp ? MsrAction::kUnknownGp : MsrAction::kUnknownRelaxed;
+  }
+  // emulator::MsrRead/MsrWrite numbers (pvemu.v1 ReadAction/WriteAction);
+  // anything else reads as #GP, as the emulator treats it.
+  if (*write) {
+    switch (static_cast<emulator::MsrWrite>(raw)) {
+      case emulator::MsrWrite::kPassthrough: return MsrAction::kPassthrough;
+      case emulator::MsrWrite::kShadow: return MsrAction::kShadow;
+      case emulator::MsrWrite::kIgnore: return MsrAction::kIgnore;
+      default: return MsrAction::kGp;
+    }
+  }
+  switch (static_cast<emulator::MsrRead>(raw)) {
+    case emulator::MsrRead::kPassthrough: return MsrAction::kPassthrough;
+    case emulator::MsrRead::kConst: return MsrAction::kConst;
+    case emulator::MsrRead::kShadow: return MsrAction::kShadow;
+    case emulator::MsrRead::kZero: return MsrAction::kZero;
+    default: return MsrAction::kGp;
+  }
+}
+
+absl::string_view InstructionLabel(int insn) {
+  if (insn < 0 || insn >= emulator::kNumInsnKinds) return "undecodable";
+  // The MOV CR/DR kinds all print "mov"; a label keeps them apart.
+  switch (static_cast<emulator::InsnKind>(insn)) {
+    case emulator::InsnKind::kMovFromCr: return "mov_from_cr";
+    case emulator::InsnKind::kMovToCr: return "mov_to_cr";
+    case emulator::InsnKind::kMovFromDr: return "mov_from_dr";
+    case emulator::InsnKind::kMovToDr: return "mov_to_dr";
+    default: return emulator::KindMnemonic(static_cast<emulator::InsnKind>(insn));
+  }
+}
+
+}  // namespace pvemu::dispatch

@@ -1,0 +1,209 @@
+// Trap counts by (domain, instruction, outcome) and MSR accesses by (domain,
+// MSR, access, action), for /metrics and `pvemuctl stats --msrs`.
+//
+// Each session owns one TrapCountTables, allocated with the session, of
+// fixed capacity and written only by the session's thread (relaxed loads and
+// stores, no read-modify-write, no lock, no allocation): trap counts in one
+// block per domain (the first 32 a session sees; the block is found through
+// the session's domain cache, so a trap hashes nothing), MSR accesses in an
+// open-addressing table. What does not fit counts in an overflow bucket that
+// renders as domain="other" (and msr="other"). Readers on other threads (a
+// scrape) see each block's domain and each slot's key published with a
+// release store after its first count.
+#ifndef PVEMU_DISPATCH_TRAP_COUNTS_H_
+#define PVEMU_DISPATCH_TRAP_COUNTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/string_view.h"
+#include "emulator/domain.h"
+#include "emulator/instruction.h"
+#include "emulator/trap.h"
+
+namespace pvemu::dispatch {
+
+// The action of an MSR access as the dispatcher's DomainView decided it;
+// decisions of the unknown-MSR mode (no rule) are kUnknownGp/kUnknownRelaxed.
+enum class MsrAction : uint8_t {
+  kPassthrough,
+  kConst,
+  kShadow,
+  kZero,
+  kGp,
+  kIgnore,
+  kUnknownGp,
+  kUnknownRelaxed,
+};
+// "PASSTHROUGH", "CONST", ..., "UNKNOWN_GP", "UNKNOWN_RELAXED".
+absl::string_view MsrActionName(MsrAction action);
+
+// Counters keyed by a 64-bit key with bit 63 set (0 marks a free slot); a
+// key that finds no slot counts in overflow bucket `code` (< kCodes).
+// One writer thread; any reader. The slots live inline, so that a count
+// costs no pointer load beyond the table's own address.
+template <int kLog2Slots>
+class CountTable {
+ public:
+  static constexpr uint32_t kCodes = 256;
+  static constexpr int kMaxProbes = 8;
+  static constexpr uint64_t kUsed = uint64_t{1} << 63;  // in every key
+
+  CountTable() = default;
+  CountTable(const CountTable&) = delete;
+  CountTable& operator=(const CountTable&) = delete;
+
+  // The writer thread only.
+  void Bump(uint64_t key, uint32_t code) {
+    uint32_t i = static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> kShift);
+    for (int probe = 0; probe < kMaxProbes; ++probe, i = (i + 1) & kMask) {
+      Slot& s = slots_[i];
+      const uint64_t k = s.key.load(std::memory_order_relaxed);
+      if (k == key) {
+        Increment(s.count);
+        return;
+      }
+      if (k == 0) {
+        s.count.store(1, std::memory_order_relaxed);
+        s.key.store(key, std::memory_order_release);  // readers see count >= 1
+        return;
+      }
+    }
+    CountOverflow(code);
+  }
+  void CountOverflow(uint32_t code) { Increment(overflow_[code & (kCodes - 1)]); }
+
+  // Any thread: fn(key, count) for every used slot, then overflow(code,
+  // count) for every nonzero overflow bucket.
+  template <typename Fn, typename OverflowFn>
+  void ForEach(Fn&& fn, OverflowFn&& overflow) const {
+    for (uint32_t i = 0; i <= kMask; ++i) {
+      const uint64_t key = slots_[i].key.load(std::memory_order_acquire);
+      if (key != 0) fn(key, slots_[i].count.load(std::memory_order_relaxed));
+    }
+    for (uint32_t code = 0; code < kCodes; ++code) {
+      const uint64_t n = overflow_[code].load(std::memory_order_relaxed);
+      if (n != 0) overflow(code, n);
+    }
+  }
+
+  static void Increment(std::atomic<uint64_t>& c) {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+ private:
+  struct alignas(16) Slot {
+    std::atomic<uint64_t> key{0};
+    std::atomic<uint64_t> count{0};
+  };
+  static constexpr uint32_t kMask = (uint32_t{1} << kLog2Slots) - 1;
+  static constexpr int kShift = 64 - kLog2Slots;
+  Slot slots_[kMask + 1];
+  std::atomic<uint64_t> overflow_[kCodes] = {};
+};
+
+// One session's tables and their key encodings.
+struct TrapCountTables {
+  // Trap counts by (instruction, outcome) for each of the first kMaxDomains
+  // domains a session sees, found through the session's domain cache (no
+  // hashing per trap); later domains count in the block for "other".
+  static constexpr uint32_t kMaxDomains = 32;
+  static constexpr int kOutcomes = 4;  // emulator::OutcomeKind 1..4
+  // The instruction index for a trap that did not decode.
+  static constexpr int kUndecodable = emulator::kNumInsnKinds;
+  struct DomainKinds {
+    std::atomic<uint64_t> counts[(kUndecodable + 1) * kOutcomes] = {};
+  };
+  DomainKinds domain_kinds[kMaxDomains + 1];  // [kMaxDomains]: "other"
+  std::atomic<uint32_t> domain_ids[kMaxDomains] = {};
+  std::atomic<uint32_t> domains_used{0};
+
+  // Distinct (domain, MSR, access, action) keys a session holds before it
+  // counts into "other".
+  static constexpr int kLog2MsrSlots = 10;
+  // MSR keys hold domains below this; higher ones count as "other".
+  static constexpr uint64_t kMsrKeyDomains = uint64_t{1} << 26;
+  static constexpr uint64_t kUsed = CountTable<kLog2MsrSlots>::kUsed;
+  CountTable<kLog2MsrSlots> msrs;
+
+  // The session's thread, once per domain and policy generation: the block
+  // `domain` counts in (kMaxDomains: "other").
+  uint32_t BlockFor(uint32_t domain) {
+    const uint32_t used = domains_used.load(std::memory_order_relaxed);
+    for (uint32_t b = 0; b < used; ++b) {
+      if (domain_ids[b].load(std::memory_order_relaxed) == domain) return b;
+    }
+    if (used == kMaxDomains) return kMaxDomains;
+    domain_ids[used].store(domain, std::memory_order_relaxed);
+    domains_used.store(used + 1, std::memory_order_release);
+    return used;
+  }
+  void CountTrap(uint32_t block, int insn, emulator::OutcomeKind outcome) {
+    CountTable<kLog2MsrSlots>::Increment(
+        domain_kinds[block].counts[insn * kOutcomes + ((static_cast<int>(outcome) - 1) & 3)]);
+  }
+  // Any thread: fn(domain or kOtherDomain, insn, outcome, count) for every
+  // nonzero count.
+  static constexpr uint64_t kOtherDomain = uint64_t{1} << 32;
+  template <typename Fn>
+  void ForEachKind(Fn&& fn) const {
+    const uint32_t used = domains_used.load(std::memory_order_acquire);
+    for (uint32_t b = 0; b <= kMaxDomains; ++b) {
+      if (b < kMaxDomains && b >= used) continue;
+      const uint64_t domain =
+          b == kMaxDomains ? kOtherDomain : domain_ids[b].load(std::memory_order_relaxed);
+      for (int i = 0; i < (kUndecodable + 1) * kOutcomes; ++i) {
+        const uint64_t n = domain_kinds[b].counts[i].load(std::memory_order_relaxed);
+        if (n != 0) fn(domain, i / kOutcomes, static_cast<emulator::OutcomeKind>(i % kOutcomes + 1), n);
+      }
+    }
+  }
+
+  // msrs: kUsed | domain << 37 | msr << 5 | code; code = write << 4 |
+  // unknown << 3 | the raw action (emulator::MsrRead/MsrWrite): no table,
+  // no branch on the trap path.
+  static uint32_t MsrCode(bool write, const emulator::MsrDecision& d) {
+    const uint32_t action = write ? static_cast<uint32_t>(d.write) : static_cast<uint32_t>(d.read);
+    return uint32_t{write} << 4 | uint32_t{d.unknown} << 3 | (action & 7);
+  }
+  void CountMsr(uint32_t domain, uint32_t msr, bool write, const emulator::MsrDecision& d) {
+    const uint32_t code = MsrCode(write, d);
+    const uint64_t key = kUsed | uint64_t{domain} << 37 | uint64_t{msr} << 5 | code;
+    if (domain < kMsrKeyDomains) [[likely]] {
+      msrs.Bump(key, code);
+    } else {
+      msrs.CountOverflow(code);
+    }
+  }
+
+  static void DecodeMsr(uint64_t key, uint32_t* domain, uint32_t* msr, uint32_t* code) {
+    *domain = static_cast<uint32_t>((key & ~kUsed) >> 37);
+    *msr = static_cast<uint32_t>(key >> 5);
+    *code = static_cast<uint32_t>(key & 31);
+  }
+  static MsrAction DecodeMsrAction(uint32_t code, bool* write);
+};
+
+// Sums over sessions, bounded for rendering (Dispatcher::Counts()).
+struct KindCount {
+  std::optional<uint32_t> domain;  // nullopt: "other" (a session's table was full)
+  int insn = 0;                    // emulator::InsnKind, or TrapCountTables::kUndecodable
+  emulator::OutcomeKind outcome = emulator::OutcomeKind::kCompleted;
+  uint64_t count = 0;
+};
+struct MsrCount {
+  std::optional<uint32_t> domain;  // nullopt: "other" (a session's table was full)
+  std::optional<uint32_t> msr;     // nullopt: "other" (beyond the per-domain bound)
+  bool write = false;
+  MsrAction action = MsrAction::kGp;
+  uint64_t count = 0;
+};
+
+// "rdmsr", ..., "mov_to_cr" (the MOV kinds apart), "undecodable".
+absl::string_view InstructionLabel(int insn);
+
+}  // namespace pvemu::dispatch
+
+#endif  // PVEMU_DISPATCH_TRAP_COUNTS_H_

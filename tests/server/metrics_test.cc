@@ -1,0 +1,351 @@
+// pvemud --metrics: the exposition text (names, labels, escaping, HELP and
+// TYPE, the per-domain MSR bound) from a real dispatcher, then the real
+// daemon in process serving GET /metrics over HTTP, checked against the
+// traps sent through the Emulate RPC and by `promtool check metrics`.
+#include "server/metrics.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/metrics_http.h"
+#include "tests/dispatch/dispatcher_fixture.h"
+#include "tests/server/daemon_fixture.h"
+#include "tests/server/metrics_helpers.h"
+
+namespace pvemu::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ExpositionTest, FamiliesHaveHelpAndTypeAndLabelValuesAreEscaped) {
+  server::ExpositionWriter w;
+  w.Family("pvemu_x_total", "counter", "Counts x.\nSecond line \\ here.");
+  w.Sample("pvemu_x_total", {{"a", "say \"hi\""}, {"b", "back\\slash\nnewline"}}, 3);
+  w.Sample("pvemu_x_total", {}, 0.25);
+  EXPECT_EQ(w.text(),
+            "# HELP pvemu_x_total Counts x.\\nSecond line \\\\ here.\n"
+            "# TYPE pvemu_x_total counter\n"
+            "pvemu_x_total{a=\"say \\\"hi\\\"\",b=\"back\\\\slash\\nnewline\"} 3\n"
+            "pvemu_x_total 0.25\n");
+  EXPECT_EQ(server::FormatValue(1e300 * 1e300), "+Inf");
+  EXPECT_EQ(server::FormatValue(1764866000.5), "1764866000.5");
+}
+
+emulator::Trap Rdmsr(uint32_t domain, uint32_t msr, bool write = false) {
+  emulator::Trap t;
+  t.domain = domain;
+  t.insn[0] = 0x0f;
+  t.insn[1] = write ? 0x30 : 0x32;
+  t.insn_len = 2;
+  t.regs.gpr[emulator::kRcx] = msr;
+  return t;
+}
+
+// A real dispatcher: the sim Intel host and the shipped default policy.
+class TrapCountsTest : public DefaultDispatcherTest {
+ protected:
+  dispatch::DispatchOptions Options() const override {
+    dispatch::DispatchOptions options;
+    options.count_by_domain_and_msr = true;
+    return options;
+  }
+  std::string Render() {
+    server::ExpositionWriter w;
+    server::RenderTrapCounts(dispatcher_->CountsByKey(), &w);
+    return w.text();
+  }
+};
+
+TEST_F(TrapCountsTest, NamesLabelsAndActionsAsTheDomainViewDecided) {
+  {
+    auto ended = dispatcher_->NewSession();  // counted after it ends, too
+    for (int i = 0; i < 3; ++i) ended->Handle(Rdmsr(0, 0x1b0));
+  }
+  auto session = dispatcher_->NewSession();
+  session->Handle(Rdmsr(0, 0x1b0));
+  session->Handle(Rdmsr(7, 0x1b0, /*write=*/true));
+  session->Handle(Rdmsr(7, 0x12345));  // no rule: the unknown-MSR mode (GP)
+  emulator::Trap cpuid = Rdmsr(7, 0);
+  cpuid.insn[1] = 0xa2;
+  session->Handle(cpuid);
+  emulator::Trap junk = Rdmsr(7, 0);
+  junk.insn[0] = 0x90;  // NOP: not privileged, does not decode (the hypervisor's)
+  junk.insn_len = 1;
+  session->Handle(junk);
+
+  const std::string text = Render();
+  EXPECT_THAT(text, HasSubstr("# HELP pvemu_traps_total "));
+  EXPECT_THAT(text, HasSubstr("# TYPE pvemu_traps_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE pvemu_msr_accesses_total counter\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_traps_total{domain=\"0\",instruction=\"rdmsr\",outcome=\"completed\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_traps_total{domain=\"7\",instruction=\"cpuid\",outcome=\"completed\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_traps_total{domain=\"7\",instruction=\"undecodable\",outcome=\"unhandled\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_msr_accesses_total{domain=\"0\",msr=\"0x1b0\",name=\"IA32_ENERGY_PERF_BIAS\","
+      "access=\"read\",action=\"PASSTHROUGH\"} 4\n"));
+  // Not the hardware domain: the default policy's write rule for others is IGNORE.
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_msr_accesses_total{domain=\"7\",msr=\"0x1b0\",name=\"IA32_ENERGY_PERF_BIAS\","
+      "access=\"write\",action=\"IGNORE\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_msr_accesses_total{domain=\"7\",msr=\"0x12345\",name=\"\",access=\"read\","
+      "action=\"UNKNOWN_GP\"} 1\n"));
+  EXPECT_EQ(SumSamples(text, "pvemu_traps_total"), 8);
+  EXPECT_EQ(SumSamples(text, "pvemu_traps_total"), dispatcher_->Stats().traps);
+}
+
+TEST_F(TrapCountsTest, SeventyUnnamedMsrsInOneDomainGiveSixtyFourAndOther) {
+  // Half through a session that ends, half through one still open.
+  {
+    auto ended = dispatcher_->NewSession();
+    for (uint32_t i = 0; i < 35; ++i) ended->Handle(Rdmsr(5, 0x40001000 + i));
+  }
+  auto session = dispatcher_->NewSession();
+  for (uint32_t i = 35; i < 70; ++i) session->Handle(Rdmsr(5, 0x40001000 + i));
+  session->Handle(Rdmsr(5, 0x1b0));  // a rule names it: apart, beyond the 64
+  const std::string text = Render();
+  EXPECT_EQ(CountSamples(text, "pvemu_msr_accesses_total"), 64 + 1 + 1) << text;
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_msr_accesses_total{domain=\"5\",msr=\"other\",name=\"\",access=\"read\","
+      "action=\"UNKNOWN_GP\"} 6\n"));
+  EXPECT_THAT(text, HasSubstr("msr=\"0x1b0\""));
+  EXPECT_EQ(SumSamples(text, "pvemu_msr_accesses_total"), 71);
+  // Stable: the same 64 stay apart at the next scrape, more traps or not.
+  session->Handle(Rdmsr(5, 0x40001000));
+  EXPECT_EQ(CountSamples(Render(), "pvemu_msr_accesses_total"), 66);
+}
+
+// Off (the default): Stats() still counts every trap, ended sessions
+// included; CountsByKey() is empty.
+class TrapCountsOffTest : public DefaultDispatcherTest {};
+
+TEST_F(TrapCountsOffTest, StatsCountWithoutTheBreakdown) {
+  EXPECT_FALSE(dispatcher_->counting_by_domain_and_msr());
+  {
+    auto ended = dispatcher_->NewSession();
+    for (int i = 0; i < 3; ++i) ended->Handle(Rdmsr(0, 0x1b0));
+  }
+  auto session = dispatcher_->NewSession();
+  session->Handle(Rdmsr(7, 0x12345));
+  const dispatch::TrapStats stats = dispatcher_->Stats();
+  EXPECT_EQ(stats.traps, 4u);
+  EXPECT_EQ(stats.completed, 3u);
+  EXPECT_EQ(stats.exceptions, 1u);
+  const dispatch::Dispatcher::Counts counts = dispatcher_->CountsByKey();
+  EXPECT_TRUE(counts.kinds.empty());
+  EXPECT_TRUE(counts.msrs.empty());
+}
+
+// The real daemon with --metrics on a free loopback port.
+class MetricsDaemonTest : public DaemonTest {
+ protected:
+  void StartWithMetrics() {
+    port_ = FreeLoopbackPort();
+    options_.metrics = absl::StrCat("127.0.0.1:", port_);
+    StartDaemon();
+  }
+  void Emulate(const v1::Trap& trap) {
+    grpc::ClientContext context;
+    v1::Outcome outcome;
+    ASSERT_TRUE(emulator_->Emulate(&context, trap, &outcome).ok());
+  }
+  std::string Scrape() {
+    HttpResponse r = HttpGet(port_, "/metrics");
+    EXPECT_EQ(r.status, 200);
+    return r.body;
+  }
+  uint16_t port_ = 0;
+};
+
+TEST_F(MetricsDaemonTest, ServesTrapsSentThroughEmulate) {
+  StartWithMetrics();
+  EXPECT_THAT(daemon_->ReadyMessage(),
+              HasSubstr(absl::StrCat("metrics on http://127.0.0.1:", port_, "/metrics")));
+  for (int i = 0; i < 20; ++i) Emulate(RdmsrTrap(0, 0x1b0));
+  for (int i = 0; i < 7; ++i) Emulate(RdmsrTrap(7, 0x12345 + i));
+  const std::string text = Scrape();
+  EXPECT_EQ(SumSamples(text, "pvemu_traps_total"), 27) << text;
+  EXPECT_EQ(SumSamples(text, "pvemu_traps_total", {"domain=\"7\"", "outcome=\"exception\""}), 7);
+  EXPECT_EQ(SumSamples(text, "pvemu_rpcs_total",
+                       {"method=\"pvemu.v1.EmulatorService/Emulate\"", "code=\"OK\""}),
+            27);
+  EXPECT_THAT(text, HasSubstr("pvemu_policy_generation 1\n"));
+  EXPECT_THAT(text, HasSubstr("pvemu_audit_watchers 0\n"));
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_virtual_memory_bytes", "process_start_time_seconds",
+                           "process_open_fds", "process_max_fds"}) {
+    EXPECT_EQ(CountSamples(text, name), 1) << name;
+  }
+  EXPECT_GT(SumSamples(text, "process_resident_memory_bytes"), 0);
+  EXPECT_GT(SumSamples(text, "process_open_fds"), 0);
+  EXPECT_EQ(HttpGet(port_, "/").status, 404);
+  EXPECT_EQ(HttpGet(port_, "/metricsx").status, 404);
+}
+
+TEST_F(MetricsDaemonTest, CountsAndTimesEdits) {
+  StartWithMetrics();
+  v1::SetRuleRequest set;
+  set.mutable_layer()->set_domain(3);
+  set.mutable_rule()->set_msr("0x1b0");
+  set.mutable_rule()->set_read(v1::ReadAction::ZERO);
+  v1::EditResponse edit;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(policy_->SetRule(&context, set, &edit).ok());
+  }
+  set.set_if_generation(1);  // stale: refused
+  {
+    grpc::ClientContext context;
+    EXPECT_EQ(policy_->SetRule(&context, set, &edit).error_code(), grpc::StatusCode::ABORTED);
+  }
+  const std::string text = Scrape();
+  EXPECT_THAT(text, HasSubstr("pvemu_edits_total{result=\"accepted\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("pvemu_edits_total{result=\"refused\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("pvemu_edit_duration_seconds_count 2\n"));
+  EXPECT_THAT(text, HasSubstr("pvemu_edit_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE pvemu_edit_duration_seconds histogram\n"));
+  EXPECT_THAT(text, HasSubstr("pvemu_policy_generation 2\n"));
+  EXPECT_THAT(text, HasSubstr(
+      "pvemu_rpcs_total{method=\"pvemu.v1.PolicyService/SetRule\",code=\"ABORTED\"} 1\n"));
+}
+
+TEST_F(MetricsDaemonTest, PromtoolChecksTheOutput) {
+  StartWithMetrics();
+  Emulate(RdmsrTrap(0, 0x1b0));
+  Emulate(RdmsrTrap(9, 0x12345));
+  const std::string path = dir_ + "/metrics.txt";
+  std::ofstream(path) << Scrape();
+  ASSERT_EQ(access("/usr/bin/promtool", X_OK), 0)
+      << "/usr/bin/promtool is missing: scripts/install-deps installs package prometheus";
+  const std::string command = absl::StrCat("/usr/bin/promtool check metrics < ", path, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) output.append(buf, n);
+  const int status = pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+}
+
+TEST_F(MetricsDaemonTest, StatsMsrsListsEachDomainsMsrs) {
+  StartWithMetrics();
+  for (int i = 0; i < 3; ++i) Emulate(RdmsrTrap(7, 0x1b0));
+  Emulate(RdmsrTrap(8, 0x1b0));
+  v1::StatsRequest request;
+  request.set_msrs(true);
+  request.set_domain(7);
+  v1::StatsResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(emulator_->GetStats(&context, request, &response).ok());
+  ASSERT_EQ(response.msrs_size(), 1);
+  EXPECT_EQ(response.msrs(0).domain(), 7u);
+  EXPECT_EQ(response.msrs(0).msr(), 0x1b0u);
+  EXPECT_EQ(response.msrs(0).name(), "IA32_ENERGY_PERF_BIAS");
+  EXPECT_EQ(response.msrs(0).reads(), 3u);
+
+  // pvemuctl -o json stats --msrs: one object per (domain, MSR), fixed keys.
+  const char* build = std::getenv("PVEMU_BUILD_ROOT");
+  ASSERT_NE(build, nullptr);
+  const std::string command = absl::StrCat(build, "/client/pvemuctl --server=", options_.listen,
+                                           " -o json stats --msrs --domain=7");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0);
+  EXPECT_EQ(output,
+            "{\"domain\":7,\"msr\":\"0x1b0\",\"name\":\"IA32_ENERGY_PERF_BIAS\",\"reads\":3,"
+            "\"writes\":0,\"actions\":{\"read\":{\"PASSTHROUGH\":3},\"write\":{}}}\n");
+}
+
+std::string RunPvemuctl(const std::string& args, int* exit_code) {
+  const char* build = std::getenv("PVEMU_BUILD_ROOT");
+  EXPECT_NE(build, nullptr);
+  const std::string command = absl::StrCat(build == nullptr ? "." : build, "/client/pvemuctl ",
+                                           args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  if (pipe == nullptr) return "";
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) output.append(buf, n);
+  const int status = pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return output;
+}
+
+TEST_F(MetricsDaemonTest, StatsMsrsWithoutCountingSaysHowToTurnItOn) {
+  StartDaemon();  // neither --metrics nor --count-msrs
+  Emulate(RdmsrTrap(7, 0x1b0));
+  v1::StatsRequest request;
+  request.set_msrs(true);
+  v1::StatsResponse response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = emulator_->GetStats(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("start pvemud with --count-msrs or --metrics"));
+  }
+  {
+    grpc::ClientContext context;
+    request.set_msrs(false);
+    ASSERT_TRUE(emulator_->GetStats(&context, request, &response).ok());
+    EXPECT_EQ(response.traps(), 1u);  // the totals count either way
+  }
+  int exit_code = 0;
+  const std::string output =
+      RunPvemuctl(absl::StrCat("--server=", options_.listen, " stats --msrs"), &exit_code);
+  EXPECT_EQ(exit_code, 1) << output;
+  EXPECT_EQ(output,
+            "pvemuctl: this pvemud does not count MSR accesses: start pvemud with "
+            "--count-msrs or --metrics\n");
+}
+
+TEST_F(MetricsDaemonTest, CountMsrsTurnsCountingOnWithoutHttp) {
+  options_.count_msrs = true;
+  StartDaemon();
+  for (int i = 0; i < 2; ++i) Emulate(RdmsrTrap(7, 0x1b0));
+  int exit_code = 0;
+  const std::string output = RunPvemuctl(
+      absl::StrCat("--server=", options_.listen, " -o json stats --msrs --domain=7"), &exit_code);
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("\"msr\":\"0x1b0\""));
+  EXPECT_THAT(output, HasSubstr("\"reads\":2"));
+}
+
+TEST_F(MetricsDaemonTest, BadAddressesFailAtStartNamingTheFlag) {
+  const uint16_t busy_port = FreeLoopbackPort();
+  const int busy = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(busy_port);
+  ASSERT_EQ(bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(busy, 1), 0);
+  const std::string in_use = absl::StrCat("127.0.0.1:", busy_port);
+  for (const std::string& bad : {std::string("127.0.0.1"), std::string("127.0.0.1:70000"),
+                                 std::string(":9464"), in_use}) {
+    options_.metrics = bad;
+    std::vector<std::string> warnings;
+    auto daemon = server::Daemon::Start(options_, &warnings);
+    ASSERT_FALSE(daemon.ok()) << bad;
+    EXPECT_THAT(daemon.status().message(), HasSubstr("--metrics=" + bad)) << daemon.status();
+  }
+  close(busy);
+}
+
+}  // namespace
+}  // namespace pvemu::testing
