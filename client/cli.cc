@@ -1,5 +1,6 @@
 #include "client/cli.h"
 
+#include <chrono>
 #include <cmath>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "client/flags.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "x86/msr_catalog.h"
@@ -192,6 +194,12 @@ absl::Status FromGrpc(const grpc::Status& status) {
   }
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+void SetDeadline(grpc::ClientContext* context) {
+  absl::StatusOr<uint64_t> seconds = ParseNumber(absl::GetFlag(FLAGS_timeout), "--timeout");
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(seconds.ok() ? *seconds : 10));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect() {

@@ -15,6 +15,7 @@
 
 namespace grpc {
 class Channel;
+class ClientContext;
 class Status;
 }
 
@@ -84,6 +85,9 @@ absl::Status FromGrpc(const grpc::Status& status);
 // A channel to pvemud (unix:// insecure with peer credentials; host:port TLS
 // with --tls-ca/--tls-cert/--tls-key).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect();
+
+// Sets the --timeout deadline (default 10 seconds) on a call's context.
+void SetDeadline(grpc::ClientContext* context);
 
 }  // namespace pvemu::client
 

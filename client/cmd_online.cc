@@ -25,13 +25,6 @@
 namespace pvemu::client {
 namespace {
 
-// A context with the --timeout deadline.
-void SetDeadline(grpc::ClientContext* context) {
-  absl::StatusOr<uint64_t> seconds = ParseNumber(absl::GetFlag(FLAGS_timeout), "--timeout");
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::seconds(seconds.ok() ? *seconds : 10));
-}
-
 absl::StatusOr<std::unique_ptr<v1::PolicyService::Stub>> PolicyStub() {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
   return v1::PolicyService::NewStub(channel);

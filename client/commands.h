@@ -21,6 +21,7 @@ int RunPolicy(const Args& args);    // get | apply | set-rule | delete-rule | di
 int RunDomains(const Args& args);
 int RunStats(const Args& args);
 int RunWatch(const Args& args);
+int RunTop(const Args& args);       // client/cmd_top.cc
 
 }  // namespace pvemu::client
 

@@ -45,6 +45,7 @@ unix:///run/pvemu/pvemu.sock):
   policy delete-rule --domain=N|default --msr=MSR|--range=FIRST-LAST [--host-vendor=V]
   policy diff -f FILE [--domain=N|default]
   domains | stats [--msrs [--domain=N]] | watch [--count=N]
+  top [--domain=N] [--interval=SECONDS] [--once]   live MSR accesses per second (q quits)
 
 Exit status: 0 success, 1 invalid input or failed check, 2 usage error,
 3 server unreachable. Numbers are decimal or 0x hex; MSRs also by name.
@@ -60,6 +61,7 @@ constexpr CommandEntry kCommands[] = {
     {"emulate", RunEmulate}, {"import", RunImport},     {"replay", RunReplay},
     {"suggest", RunSuggest}, {"msr", RunMsr},           {"policy", RunPolicy},
     {"domains", RunDomains}, {"stats", RunStats},       {"watch", RunWatch},
+    {"top", RunTop},
 };
 
 // Sets one flag; returns a usage message on failure, "" on success.

@@ -17,6 +17,9 @@
 #include "policy/compile.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "policy/explain.h"
 
 namespace pvemu::dispatch {
 namespace {
@@ -324,7 +327,57 @@ Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain
   return slot;
 }
 
-void Dispatcher::Session::CountDetail(const emulator::Trap& trap,
+namespace {
+
+// How many (domain, MSR, access) first accesses the process logs.
+constexpr size_t kMaxFirstAccessLogs = 4096;
+
+// Logs, once per process, the first access of (domain, MSR, access) that a
+// GP rule or the unknown-MSR mode decided. Off the trap's fast path: only
+// when a session's count table takes a new key.
+ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const policy::Snapshot& snapshot, uint32_t domain,
+                                            uint32_t msr, bool write,
+                                            const emulator::MsrDecision& decision, uint64_t rip) {
+  bool decoded_write = false;
+  const MsrAction action =
+      TrapCountTables::DecodeMsrAction(TrapCountTables::MsrCode(write, decision), &decoded_write);
+  const bool unknown = action == MsrAction::kUnknownGp || action == MsrAction::kUnknownRelaxed;
+  if (!unknown && action != MsrAction::kGp) return;
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* logged = new absl::flat_hash_set<uint64_t>();  // guarded by mu
+  static bool full = false;                                   // guarded by mu
+  {
+    absl::MutexLock lock(&mu);
+    if (full) return;
+    const uint64_t key = uint64_t{domain} << 33 | uint64_t{msr} << 1 | uint64_t{write};
+    if (logged->contains(key)) return;
+    if (logged->size() == kMaxFirstAccessLogs) {
+      full = true;
+      std::fprintf(stderr, "pvemud: further first accesses not logged (%zu logged)\n",
+                   kMaxFirstAccessLogs);
+      return;
+    }
+    logged->insert(key);
+  }
+  std::string rule = "unknown_msr";
+  if (!unknown) {
+    const policy::Explanation e = policy::ExplainMsr(
+        snapshot, domain, msr, write ? std::optional<uint64_t>(0) : std::nullopt);
+    rule = e.source.empty() ? e.layer : absl::StrCat(e.source, " (", e.layer, ")");
+  }
+  const absl::string_view name = x86::MsrName(msr);
+  std::fprintf(stderr,
+               "pvemud: first %s of MSR 0x%x%s%s%s by domain %u: %s by %s at rip 0x%llx; "
+               "repeats are only counted\n",
+               write ? "write" : "read", msr, name.empty() ? "" : " (",
+               std::string(name).c_str(), name.empty() ? "" : ")", domain,
+               std::string(MsrActionName(action)).c_str(), rule.c_str(),
+               static_cast<unsigned long long>(rip));
+}
+
+}  // namespace
+
+void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const emulator::Trap& trap,
                                       const emulator::Instruction& decoded,
                                       emulator::DecodeError decode_error,
                                       const emulator::Outcome& out, uint32_t block) {
@@ -338,8 +391,11 @@ void Dispatcher::Session::CountDetail(const emulator::Trap& trap,
   const bool msr_insn =
       decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
   if (msr_insn && msr_lookup) {
-    tables.CountMsr(trap.domain, view_->msr_index(), decoded.kind == emulator::InsnKind::kWrmsr,
-                    view_->decision());
+    const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
+    if (tables.CountMsr(trap.domain, view_->msr_index(), write, view_->decision())) [[unlikely]] {
+      LogFirstAccess(snapshot, trap.domain, view_->msr_index(), write, view_->decision(),
+                     trap.regs.rip);
+    }
   }
 }
 
@@ -360,7 +416,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
   // The breakdown by domain, instruction and MSR (CountsByKey, /metrics):
   // only when asked for; off, one branch that always predicts.
-  if (count_detail_) [[unlikely]] CountDetail(trap, decoded, decode_error, out, cached.block);
+  if (count_detail_) [[unlikely]] CountDetail(snapshot, trap, decoded, decode_error, out, cached.block);
   if constexpr (kObservers) {
     // Audit (off unless a watcher listens), capture (off unless pvemud
     // --capture): one load and one branch that predicts while all are off.

@@ -112,7 +112,10 @@ class Dispatcher {
                                  emulator::DecodeError* error);
 
     // The count_by_domain_and_msr half of a trap, out of line.
-    ABSL_ATTRIBUTE_NOINLINE void CountDetail(const emulator::Trap& trap,
+    // The first access of a (domain, MSR, access) decided by a GP rule or the
+    // unknown-MSR mode is logged once per process (LogFirstAccess).
+    ABSL_ATTRIBUTE_NOINLINE void CountDetail(const policy::Snapshot& snapshot,
+                                             const emulator::Trap& trap,
                                              const emulator::Instruction& decoded,
                                              emulator::DecodeError decode_error,
                                              const emulator::Outcome& out, uint32_t block);

@@ -55,23 +55,25 @@ class CountTable {
   CountTable(const CountTable&) = delete;
   CountTable& operator=(const CountTable&) = delete;
 
-  // The writer thread only.
-  void Bump(uint64_t key, uint32_t code) {
+  // The writer thread only. True when `key` took a new slot: its first count
+  // in this table.
+  bool Bump(uint64_t key, uint32_t code) {
     uint32_t i = static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> kShift);
     for (int probe = 0; probe < kMaxProbes; ++probe, i = (i + 1) & kMask) {
       Slot& s = slots_[i];
       const uint64_t k = s.key.load(std::memory_order_relaxed);
       if (k == key) {
         Increment(s.count);
-        return;
+        return false;
       }
       if (k == 0) {
         s.count.store(1, std::memory_order_relaxed);
         s.key.store(key, std::memory_order_release);  // readers see count >= 1
-        return;
+        return true;
       }
     }
     CountOverflow(code);
+    return false;
   }
   void CountOverflow(uint32_t code) { Increment(overflow_[code & (kCodes - 1)]); }
 
@@ -168,14 +170,14 @@ struct TrapCountTables {
     const uint32_t action = write ? static_cast<uint32_t>(d.write) : static_cast<uint32_t>(d.read);
     return uint32_t{write} << 4 | uint32_t{d.unknown} << 3 | (action & 7);
   }
-  void CountMsr(uint32_t domain, uint32_t msr, bool write, const emulator::MsrDecision& d) {
+  // True when the session's table took a new (domain, MSR, access, action)
+  // key: the first such access this session counts.
+  bool CountMsr(uint32_t domain, uint32_t msr, bool write, const emulator::MsrDecision& d) {
     const uint32_t code = MsrCode(write, d);
     const uint64_t key = kUsed | uint64_t{domain} << 37 | uint64_t{msr} << 5 | code;
-    if (domain < kMsrKeyDomains) [[likely]] {
-      msrs.Bump(key, code);
-    } else {
-      msrs.CountOverflow(code);
-    }
+    if (domain < kMsrKeyDomains) [[likely]] return msrs.Bump(key, code);
+    msrs.CountOverflow(code);
+    return false;
   }
 
   static void DecodeMsr(uint64_t key, uint32_t* domain, uint32_t* msr, uint32_t* code) {
