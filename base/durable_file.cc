@@ -95,7 +95,6 @@ absl::StatusOr<DurableReplacement> DurableReplacement::Start(const std::string& 
   DurableReplacement r;
   r.from_ = from;
   r.to_ = to;
-  r.keep_previous_ = keep_previous;
   const std::string prev = to + (keep_previous ? ".prev" : ".replaced");
   const std::string older = prev + ".older";
   r.aside_ = {older, keep_previous ? std::string() : prev};

@@ -55,7 +55,6 @@ class DurableReplacement {
   void RollBack();
 
   std::string from_, to_;
-  bool keep_previous_ = false;
   std::vector<std::pair<std::string, std::string>> undo_;  // renames to reverse, in order
   std::vector<std::string> aside_;                         // to remove on Finish
 };
