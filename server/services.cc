@@ -166,9 +166,14 @@ grpc::Status PolicyServiceImpl::EditRule(grpc::ServerContext* context, const Req
   REQUIRE_ROLE(Role::kEditor, "editing");
   auto layer = LayerOf(request.layer(), request.has_layer(), true);
   if (!layer.ok()) return ToGrpc(layer.status());
-  auto result = Timed([&] {
-    return (store_.*edit)(**layer, request.rule(),
-                          EditOptionsFor(request.if_generation(), auth_, *context));
+  // Explicit captures: GCC 12 miscompiles an implicit `this` captured with
+  // [&] next to a pointer-to-member call here (UBSan: misaligned `this`).
+  const policy::EditOptions options = EditOptionsFor(request.if_generation(), auth_, *context);
+  policy::Store& store = store_;
+  const policy::LayerRef target = **layer;
+  const v1::MsrRule& rule = request.rule();
+  auto result = Timed([&store, edit, &target, &rule, &options] {
+    return (store.*edit)(target, rule, options);
   });
   if (!result.ok()) return ToGrpc(result.status());
   FillEdit(*result, response);
