@@ -1,0 +1,163 @@
+/*
+ * pvemu_kvm.h: pvemu's KVM data plane, for a VMM written in C, C++ or Rust.
+ *
+ * A VMM opens one handle per domain (VM). The handle holds the domain's
+ * compiled policy and answers the guest's MSR and port accesses in the VMM's
+ * own process: no IPC per exit. The policy comes from a file or a shipped
+ * policy's name (standalone), or from pvemud's socket (subscribed: pvemud
+ * sends every new generation, which swaps in atomically).
+ *
+ * The sequence a VMM follows (README, "pvemu on KVM"):
+ *   pvemu_kvm_open                      once per domain
+ *   KVM_CREATE_VM, then pvemu_kvm_setup_vm(vm_fd)
+ *                                       user-space MSR exits + the MSR filter
+ *   KVM_CREATE_VCPU, mmap kvm_run, then pvemu_kvm_vcpu_open
+ *                                       KVM_SET_CPUID2 from the CPUID policy
+ *   loop: KVM_RUN; pvemu_kvm_handle_exit(vcpu, run) says whether pvemu
+ *         answered the exit, or the exit is the VMM's own
+ *   pvemu_kvm_vcpu_close, pvemu_kvm_close
+ *
+ * Errors: every function returning int returns 0 (or a non-negative result
+ * where its comment says so) or a negative errno. After a failure,
+ * pvemu_kvm_last_error() gives a sentence saying what failed, where, and
+ * what to do. No C++ exception crosses this interface.
+ *
+ * Threads: one handle serves all of a domain's vCPU threads. Each
+ * pvemu_kvm_vcpu is used by one thread at a time (its vCPU's). On the exit
+ * path pvemu_kvm_handle_exit allocates nothing, takes no lock and never
+ * waits on the network.
+ */
+#ifndef PVEMU_KVM_H_
+#define PVEMU_KVM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kvm_run;
+
+/* One domain's data plane (opaque). */
+typedef struct pvemu_kvm pvemu_kvm;
+/* One vCPU of it (opaque). */
+typedef struct pvemu_kvm_vcpu pvemu_kvm_vcpu;
+
+/* What pvemu_kvm_open needs. Zero-initialise, set `size`, fill the rest. */
+struct pvemu_kvm_options {
+  /* sizeof(struct pvemu_kvm_options): lets the struct grow compatibly. */
+  uint32_t size;
+  /* The domain (VM) number the policy's domain layers and counts use. */
+  uint32_t domain;
+  /* Standalone: a policy file, or a shipped or installed policy's name
+   * ("kvm", "default"): the whole policy, as `pvemud --policy`. */
+  const char *policy;
+  /* Subscribed: pvemud's address ("unix:/run/pvemu/pvemud.sock", or a path).
+   * Exactly one of `policy` and `server` is set. */
+  const char *server;
+  /* Subscribed: how long open waits for the first policy, in milliseconds
+   * (0: 5000). A daemon that does not answer in time fails the open. */
+  uint32_t connect_timeout_ms;
+  /* The host PASSTHROUGH reads and host CPUID leaves come from: "sim"
+   * (NULL or "": the default) or "linux" (/dev/cpu/N/msr, the real CPU). */
+  const char *host;
+  /* sim only: a shipped host profile's name ("amd-epyc-7443p") or a
+   * profile file; NULL or "": the shipped Intel profile. */
+  const char *host_profile;
+};
+
+/*
+ * Opens the data plane of one domain. On success *out holds the handle and 0
+ * is returned. Fails with -EINVAL for bad options or a policy that is invalid
+ * or that KVM's MSR filter cannot express (the message names the rules),
+ * -ENOENT for a missing policy file, -ECONNREFUSED or -ETIMEDOUT when the
+ * daemon is not reachable in time, -ENOMEM.
+ */
+int pvemu_kvm_open(const struct pvemu_kvm_options *options, pvemu_kvm **out);
+
+/* Closes a handle whose vCPUs are all closed. NULL is a no-op. */
+void pvemu_kvm_close(pvemu_kvm *kvm);
+
+/*
+ * Sets up a VM created with KVM_CREATE_VM, before its vCPUs: enables
+ * KVM_CAP_X86_USER_SPACE_MSR with the reasons FILTER, UNKNOWN and INVAL, and
+ * installs the MSR filter compiled from the policy. Later policy generations
+ * reinstall the filter on this VM when the set of exiting MSRs changes.
+ * -EOPNOTSUPP when KVM lacks user-space MSR exits or the MSR filter; other
+ * ioctl failures as their errno. `vm_fd` stays the caller's; it must stay
+ * open until pvemu_kvm_close.
+ */
+int pvemu_kvm_setup_vm(pvemu_kvm *kvm, int vm_fd);
+
+/*
+ * Sets up vCPU `index` (0-based) created with KVM_CREATE_VCPU, before its
+ * first KVM_RUN: KVM_SET_CPUID2 from the domain's CPUID policy over
+ * KVM_GET_SUPPORTED_CPUID (read through `kvm_fd`, the /dev/kvm descriptor).
+ * Leaves the policy does not set are KVM's; leaves it takes from the host
+ * come from the `host` backend, masked as the policy says; a guest_vendor
+ * sets leaf 0's vendor string. KVM refuses CPUID changes after the first
+ * KVM_RUN, so CPUID edits reach only vCPUs opened afterwards.
+ * On success *out holds the vCPU and 0 is returned.
+ */
+int pvemu_kvm_vcpu_open(pvemu_kvm *kvm, int kvm_fd, int vcpu_fd, uint32_t index,
+                        pvemu_kvm_vcpu **out);
+
+/* Closes a vCPU; its counts stay in the handle's totals. NULL is a no-op. */
+void pvemu_kvm_vcpu_close(pvemu_kvm_vcpu *vcpu);
+
+/* What pvemu_kvm_handle_exit did (its non-negative results). */
+enum pvemu_kvm_exit_result {
+  /* pvemu answered: KVM_EXIT_X86_RDMSR/WRMSR (msr.error and msr.data set;
+   * RIP is KVM's to move), or KVM_EXIT_IO on a port outside the domain's
+   * io_port ranges (IN reads all ones, OUT is dropped). Run the vCPU again. */
+  PVEMU_KVM_HANDLED = 0,
+  /* KVM_EXIT_IO on a port inside the domain's io_port ranges that the host
+   * backend models no device for: the access is the caller's device model's. */
+  PVEMU_KVM_DEVICE = 1,
+  /* Any other exit reason: not pvemu's; the caller handles it. */
+  PVEMU_KVM_NOT_MINE = 2,
+};
+
+/*
+ * Handles one exit of `vcpu` from its kvm_run area. Returns an
+ * enum pvemu_kvm_exit_result, or a negative errno for a malformed exit (an
+ * I/O data offset outside the run area): -EINVAL. Never moves RIP.
+ */
+int pvemu_kvm_handle_exit(pvemu_kvm_vcpu *vcpu, struct kvm_run *run);
+
+/* Counts of the exits one vCPU handed to pvemu_kvm_handle_exit. */
+struct pvemu_kvm_stats {
+  uint64_t rdmsr;       /* KVM_EXIT_X86_RDMSR */
+  uint64_t wrmsr;       /* KVM_EXIT_X86_WRMSR */
+  uint64_t io;          /* KVM_EXIT_IO */
+  uint64_t completed;   /* answered with a value / write done or dropped */
+  uint64_t exceptions;  /* answered with #GP */
+  uint64_t device;      /* PVEMU_KVM_DEVICE */
+  uint64_t pvemu_ns;    /* time spent deciding, in nanoseconds */
+};
+
+/* Copies vCPU `vcpu`'s counts (lock-free; from its own thread). */
+void pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu *vcpu, struct pvemu_kvm_stats *out);
+
+/* The policy generation in force (the daemon's, when subscribed). */
+uint64_t pvemu_kvm_generation(const pvemu_kvm *kvm);
+
+/*
+ * The MSR filter in force, as text for people (the `pvemuctl kvm-filter`
+ * format), written NUL-terminated into buf (at most len bytes). Returns the
+ * length the whole text needs, excluding the NUL, or a negative errno.
+ */
+int pvemu_kvm_filter_text(const pvemu_kvm *kvm, char *buf, size_t len);
+
+/*
+ * The message of the last failing call on this thread ("" if none). Valid
+ * until the next failing call on this thread.
+ */
+const char *pvemu_kvm_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PVEMU_KVM_H_ */
