@@ -24,7 +24,7 @@ struct Offline {
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags();
 
 // --policy: a file, or a shipped policy name (default, xen-pre-4.15,
-// kvm-ignore-msrs); "" is the shipped default. Compiled for `vendor`.
+// kvm-ignore-msrs, kvm); "" is the shipped default. Compiled for `vendor`.
 absl::StatusOr<std::unique_ptr<policy::Store>> StoreFromFlags(v1::Vendor vendor);
 
 absl::StatusOr<Offline> OfflineFromFlags();

@@ -15,7 +15,7 @@
 namespace pvemu::policy {
 
 // The text of a shipped policy ("default", "xen-pre-4.15",
-// "kvm-ignore-msrs"), or "" if there is none by that name.
+// "kvm-ignore-msrs", "kvm"), or "" if there is none by that name.
 absl::string_view ShippedPolicy(absl::string_view name);
 std::vector<absl::string_view> ShippedPolicyNames();
 
