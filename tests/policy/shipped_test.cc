@@ -40,6 +40,20 @@ TEST(Shipped, EmbeddedPoliciesEqualTheFilesAndValidate) {
   }
 }
 
+// Both trees hold a kvm/ directory, and pvemuctl and pvemu-vm run from
+// them: there `--policy=kvm` must still name the shipped preset.
+TEST(Shipped, ANameIsNotShadowedByADirectoryOfThatName) {
+  testutil::TempDir dir;
+  std::filesystem::create_directory(dir.path() + "/kvm");
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  absl::StatusOr<LoadedPolicy> loaded = LoadPolicyByNameOrFile("kvm");
+  std::filesystem::current_path(before);
+  ASSERT_THAT(loaded, IsOk());
+  EXPECT_EQ(loaded->policy.default_().unknown_msr(), v1::UNKNOWN_RELAXED);
+  EXPECT_EQ(loaded->source.source(), "kvm.textproto");
+}
+
 // --- The `kvm` preset (issue 18): what it names, and what it leaves to KVM.
 
 constexpr v1::Vendor kVendors[] = {v1::INTEL, v1::AMD, v1::HYGON, v1::CENTAUR, v1::ZHAOXIN};
