@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvm/msr_filter.h"
 #include "policy/compile.h"
 #include "policy/loader.h"
 #include "tests/policy/test_util.h"
@@ -150,6 +151,34 @@ TEST(KvmPreset, GrantsExactlyTheRunnersPorts) {
     EXPECT_FALSE(d.PortAllowed(port, 1)) << std::hex << port;
   }
   EXPECT_FALSE(d.PortAllowed(0x512, 4));  // runs past the scratch register
+}
+
+// The preset is for KVM domains, so it must compile into a KVM MSR filter on
+// every host: exactly its two vendor-rule MSRs and, with the vPMU off, the
+// PMU MSRs exit; EFER and APIC_BASE stay with KVM.
+TEST(KvmPreset, CompilesToAKvmFilterOfItsTwoMsrsAndThePmu) {
+  for (v1::Vendor host : kVendors) {
+    auto s = CompileKvm(host);
+    ASSERT_NE(s, nullptr);
+    for (uint32_t dom : {0u, 1u}) {
+      SCOPED_TRACE(::testing::Message() << v1::Vendor_Name(host) << " domain " << dom);
+      absl::StatusOr<kvm::MsrFilter> filter = kvm::CompileMsrFilter(s->ForDomain(dom));
+      ASSERT_THAT(filter, IsOk());
+      EXPECT_LE(filter->ranges.size(), kvm::kMaxFilterRanges);
+      for (const auto& [first, last] : filter->exiting) {
+        for (uint64_t msr = first; msr <= last; ++msr) {
+          EXPECT_TRUE(msr == 0x19a || msr == 0x1b0 || IsPmuMsr(static_cast<uint32_t>(msr)))
+              << std::hex << msr;
+        }
+      }
+      EXPECT_TRUE(filter->Exits(0x19a));
+      EXPECT_TRUE(filter->Exits(0x1b0));
+      EXPECT_TRUE(filter->Exits(0xc1));  // IA32_PMC0, vPMU off
+      for (uint32_t msr : {0x1bu, 0xc0000080u, 0x10u, 0x277u, 0x802u, 0x830u}) {
+        EXPECT_FALSE(filter->Exits(msr)) << std::hex << msr;
+      }
+    }
+  }
 }
 
 }  // namespace
