@@ -428,7 +428,11 @@ absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_f
                                    " (KVM refuses CPUID changes after the first KVM_RUN)"),
                       errno);
   }
-  return std::unique_ptr<Vcpu>(new Vcpu(this, index, static_cast<size_t>(run_size)));
+  return NewVcpu(index, static_cast<size_t>(run_size));
+}
+
+std::unique_ptr<Vcpu> DataPlane::NewVcpu(uint32_t index, size_t run_size) {
+  return std::unique_ptr<Vcpu>(new Vcpu(this, index, run_size));
 }
 
 absl::Status DataPlane::Apply(const pvemu::v1::Policy& policy, const policy::SourceMap& source,

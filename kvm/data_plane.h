@@ -79,6 +79,10 @@ class DataPlane {
   absl::Status SetupVm(int vm_fd);
   // KVM_SET_CPUID2 from the policy, then a Vcpu (pvemu_kvm_vcpu_open).
   absl::StatusOr<std::unique_ptr<Vcpu>> OpenVcpu(int kvm_fd, int vcpu_fd, uint32_t index);
+  // The exit handler of vCPU `index` whose CPUID is set up, for a kvm_run
+  // mapping of `run_size` bytes (OpenVcpu's second half; tests drive exits
+  // through it without /dev/kvm).
+  std::unique_ptr<Vcpu> NewVcpu(uint32_t index, size_t run_size);
 
   // Checks `policy` for this domain (valid, expressible as a filter, CPUID
   // consistent with guest_vendor), then swaps it in atomically as
