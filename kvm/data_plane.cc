@@ -338,6 +338,11 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
   plane->dispatcher_ = std::make_unique<dispatch::Dispatcher>(
       *plane->store_, *plane->host_, nullptr, dispatch::DispatchOptions{});
   if (!options.server.empty()) {
+    // Audited traps travel to the daemon's watchers; standalone, nobody
+    // watches and the trap path keeps its observer-free branch.
+    plane->audit_ring_ = std::make_unique<AuditRing>();
+    RETURN_IF_ERROR(plane->dispatcher_->AddObserver(plane->audit_ring_.get()));
+    plane->audit_ring_->Activate();
     plane->subscription_ = PolicySubscription::Start(plane.get(), options.server, options.domain);
   }
   return plane;
@@ -428,7 +433,11 @@ absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_f
                                    " (KVM refuses CPUID changes after the first KVM_RUN)"),
                       errno);
   }
-  return std::unique_ptr<Vcpu>(new Vcpu(this, index, static_cast<size_t>(run_size)));
+  return NewVcpu(index, static_cast<size_t>(run_size));
+}
+
+std::unique_ptr<Vcpu> DataPlane::NewVcpu(uint32_t index, size_t run_size) {
+  return std::unique_ptr<Vcpu>(new Vcpu(this, index, run_size));
 }
 
 absl::Status DataPlane::Apply(const pvemu::v1::Policy& policy, const policy::SourceMap& source,
