@@ -71,12 +71,15 @@ absl::StatusOr<MsrFilter> CheckForKvm(const pvemu::v1::Policy& policy,
                                       uint32_t domain, emulator::Host& host) {
   ASSIGN_OR_RETURN(std::unique_ptr<const policy::DomainSnapshot> snap,
                    policy::CompileDomain(policy, source, host_vendor, domain));
-  ASSIGN_OR_RETURN(MsrFilter filter, CompileMsrFilter(*snap));
+  absl::StatusOr<MsrFilter> filter = CompileMsrFilter(*snap);
+  if (!filter.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("domain ", domain, ": ", filter.status().message()));
+  }
   // Leaf 0 alone decides the vendor check; the host's leaf stands in for KVM's.
   const emulator::CpuidRegs h = host.Cpuid(0, 0);
   std::vector<CpuidLeaf> leaf0 = {CpuidLeaf{0, 0, 0, h.eax, h.ebx, h.ecx, h.edx}};
   RETURN_IF_ERROR(GuestCpuid(leaf0, policy, *snap, host).status());
-  return filter;
+  return *std::move(filter);
 }
 
 }  // namespace
