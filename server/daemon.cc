@@ -114,6 +114,8 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<PolicyServiceImpl> policy_service_;
   std::unique_ptr<EmulatorServiceImpl> emulator_service_;
   std::unique_ptr<AuditServiceImpl> audit_service_;
+  KvmAttachments kvm_attachments_;
+  std::unique_ptr<KvmServiceImpl> kvm_service_;
   std::unique_ptr<UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads everything above
@@ -207,9 +209,11 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   if (auto* xen = dynamic_cast<XenHost*>(raw_host_); xen != nullptr) live = XenDomains(xen);
   RpcMetrics* rpc_metrics = options.metrics.empty() ? nullptr : &rpc_metrics_;
   policy_service_ =
-      std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics);
+      std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics,
+                                          &kvm_attachments_);
   emulator_service_ = std::make_unique<EmulatorServiceImpl>(
-      *dispatcher_, *auth_, std::string(host_->description()));
+      *dispatcher_, *auth_, std::string(host_->description()), &kvm_attachments_);
+  kvm_service_ = std::make_unique<KvmServiceImpl>(*store_, *auth_, kvm_attachments_, audit_);
   audit_service_ = std::make_unique<AuditServiceImpl>(audit_, *auth_);
   store_->SetEditListener([this](const policy::EditEvent& e) { OnEdit(e); });
 
@@ -221,6 +225,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   builder.RegisterService(policy_service_.get());
   builder.RegisterService(emulator_service_.get());
   builder.RegisterService(audit_service_.get());
+  builder.RegisterService(kvm_service_.get());
   if (rpc_metrics != nullptr) {
     // Every RPC's final status, whichever service and however it ended
     // (refused by auth, a stream cut short): one place, no method forgotten.
