@@ -290,7 +290,10 @@ ldd_out=$(printf '%s\0' "${elves[@]}" | xargs -0 ldd 2>/dev/null || true)
 libs=$(sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (0x.*/\1/p' <<<"$ldd_out" | sort -u)
 missing=$(sed -n 's/^[[:space:]]*\([^ ]*\) => not found.*/\1/p' <<<"$ldd_out" | sort -u)
 [ -z "$missing" ] || say "warning: shared libraries not found here, so not in the guest either: $(tr '\n' ' ' <<<"$missing")"
-for lib in $libs; do [ -e "$IR$lib" ] || put "$lib"; done
+for lib in $libs; do
+  lib=$(realpath -s -m -- "$lib")  # RUNPATH $ORIGIN/.. gives dir/../lib.so
+  [ -e "$IR$lib" ] || put "$lib"
+done
 [ -f /etc/ld.so.cache ] && cp /etc/ld.so.cache "$IR/etc/"
 # system() and popen() need /bin/sh; busybox's does if none was copied.
 [ -e "$IR/bin/sh" ] || ln -s /.pvemu/busybox "$IR/bin/sh"
