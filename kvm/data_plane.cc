@@ -71,12 +71,15 @@ absl::StatusOr<MsrFilter> CheckForKvm(const pvemu::v1::Policy& policy,
                                       uint32_t domain, emulator::Host& host) {
   ASSIGN_OR_RETURN(std::unique_ptr<const policy::DomainSnapshot> snap,
                    policy::CompileDomain(policy, source, host_vendor, domain));
-  ASSIGN_OR_RETURN(MsrFilter filter, CompileMsrFilter(*snap));
+  absl::StatusOr<MsrFilter> filter = CompileMsrFilter(*snap);
+  if (!filter.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("domain ", domain, ": ", filter.status().message()));
+  }
   // Leaf 0 alone decides the vendor check; the host's leaf stands in for KVM's.
   const emulator::CpuidRegs h = host.Cpuid(0, 0);
   std::vector<CpuidLeaf> leaf0 = {CpuidLeaf{0, 0, 0, h.eax, h.ebx, h.ecx, h.edx}};
   RETURN_IF_ERROR(GuestCpuid(leaf0, policy, *snap, host).status());
-  return filter;
+  return *std::move(filter);
 }
 
 }  // namespace
@@ -338,6 +341,11 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
   plane->dispatcher_ = std::make_unique<dispatch::Dispatcher>(
       *plane->store_, *plane->host_, nullptr, dispatch::DispatchOptions{});
   if (!options.server.empty()) {
+    // Audited traps travel to the daemon's watchers; standalone, nobody
+    // watches and the trap path keeps its observer-free branch.
+    plane->audit_ring_ = std::make_unique<AuditRing>();
+    RETURN_IF_ERROR(plane->dispatcher_->AddObserver(plane->audit_ring_.get()));
+    plane->audit_ring_->Activate();
     plane->subscription_ = PolicySubscription::Start(plane.get(), options.server, options.domain);
   }
   return plane;

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "dispatch/dispatch.h"
 #include "emulator/host.h"
+#include "kvm/audit_ring.h"
 #include "kvm/msr_filter.h"
 #include "kvm/pvemu_kvm.h"
 #include "policy/loader.h"
@@ -100,6 +101,11 @@ class DataPlane {
     pvemu_kvm_stats stats{};
   };
   Totals totals() const;
+  // Moves the audited traps waiting for pvemud into `batch` (subscribed
+  // only; one caller at a time: the subscription's report thread).
+  void DrainAudit(v1::KvmTrapBatch* batch) {
+    if (audit_ring_ != nullptr) audit_ring_->Drain(batch);
+  }
   // Nanoseconds per TSC tick, measured over the plane's lifetime so far.
   double NanosPerTick() const;
 
@@ -111,6 +117,7 @@ class DataPlane {
   const DataPlaneOptions options_;
   std::unique_ptr<emulator::Host> host_;
   std::unique_ptr<policy::Store> store_;
+  std::unique_ptr<AuditRing> audit_ring_;  // subscribed only; outlives the dispatcher
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
   std::unique_ptr<PolicySubscription> subscription_;
   std::atomic<uint64_t> generation_{0};

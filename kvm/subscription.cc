@@ -193,6 +193,7 @@ void PolicySubscription::Impl::ReportCounts() {
       batch.set_completed(now.stats.completed - sent.completed);
       batch.set_exceptions(now.stats.exceptions - sent.exceptions);
       batch.set_device_io(now.stats.device - sent.device);
+      plane->DrainAudit(&batch);
       ok = writer->Write(batch);
       if (ok) {
         sent = now.stats;

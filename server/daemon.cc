@@ -20,6 +20,7 @@
 #include "dispatch/audit.h"
 #include "server/auth.h"
 #include "dispatch/dispatch.h"
+#include "kvm/msr_filter.h"
 #include "server/fault_logging_host.h"
 #include "server/hosts/open_host.h"
 #include "server/hosts/xen/xen_host.h"
@@ -216,6 +217,21 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   kvm_service_ = std::make_unique<KvmServiceImpl>(*store_, *auth_, kvm_attachments_, audit_);
   audit_service_ = std::make_unique<AuditServiceImpl>(audit_, *auth_);
   store_->SetEditListener([this](const policy::EditEvent& e) { OnEdit(e); });
+  // An edit an attached KVM data plane could not apply is refused here, with
+  // the rules named, rather than ignored there.
+  store_->SetCandidateCheck([this](const policy::Snapshot& candidate) -> absl::Status {
+    for (const KvmAttachments::Attachment& a : kvm_attachments_.List()) {
+      absl::StatusOr<kvm::MsrFilter> filter =
+          kvm::CompileMsrFilter(candidate.ForDomain(a.domain));
+      if (!filter.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "refused: domain ", a.domain, " runs on KVM (libpvemu-kvm in pid ", a.pid,
+            ") and KVM's MSR filter cannot express the edited policy: ",
+            filter.status().message()));
+      }
+    }
+    return absl::OkStatus();
+  });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

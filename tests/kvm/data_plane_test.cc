@@ -28,7 +28,7 @@ constexpr char kPolicy[] = R"pb(
     msr { msr: "0x1b0" read: CONST value: 0x5 write: IGNORE comment: "const" }
     msr { msr: "IA32_PAT" read: SHADOW write: SHADOW value: 0x0007040600070406
           writable_mask: 0x0707070707070707 on_reserved_bits: RESERVED_GP }
-    msr { msr: "0x19a" read: GP write: GP }
+    msr { msr: "0x19a" read: GP write: GP audit: true }
     msr { range { first: "0x40000000" last: "0x4000000f" } read: ZERO write: IGNORE }
     io_port { first: 0x3f8 last: 0x3ff }
     io_port { first: 0x510 last: 0x513 }
@@ -194,6 +194,22 @@ TEST_F(DataPlaneTest, OpenRefusesPolicyKvmCannotFilterNamingTheRule) {
   EXPECT_EQ(plane.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(plane.status().message(), "x2apic.textproto:2"))
       << plane.status();
+}
+
+TEST_F(DataPlaneTest, ApplyOfAPolicyKvmCannotFilterChangesNothing) {
+  auto plane = Open(1, policy_path_);
+  auto vcpu = plane->NewVcpu(0, run_.size());
+  const uint64_t before = plane->generation();
+  policy::LoadedPolicy bad =
+      *policy::ParsePolicy("default {\n  msr { range { first: \"0x0\" last: \"0xffffffff\" } read: ZERO }\n}\n",
+                           "wide.textproto");
+  absl::Status status = plane->Apply(bad.policy, bad.source, before + 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "wide.textproto:2")) << status;
+  EXPECT_EQ(plane->generation(), before);
+  EXPECT_EQ(Msr(*vcpu, false, 0x1b0), PVEMU_KVM_HANDLED);
+  EXPECT_EQ(run()->msr.data, 0x5u);
+  EXPECT_TRUE(plane->filter().Exits(0x1b0));
 }
 
 TEST_F(DataPlaneTest, OpenNeedsExactlyOnePolicySource) {
@@ -371,12 +387,22 @@ TEST_F(SubscribedTest, AnAcknowledgedEditReachesTheNextExitWithin100ms) {
   EXPECT_LT(latencies.back(), absl::Milliseconds(100)) << "worst of 20 edits";
 }
 
-TEST_F(SubscribedTest, EditKvmCannotFilterKeepsTheLastGoodGeneration) {
+TEST_F(SubscribedTest, DaemonRefusesAnEditAnAttachedKvmDomainCannotApply) {
   auto plane = Subscribe(1);
   ASSERT_NE(plane, nullptr);
   const uint64_t before = plane->generation();
-  SetConst(0x808, 1);  // x2APIC: valid for pvemud, not for a KVM domain
-  absl::SleepFor(absl::Milliseconds(300));
+  grpc::ClientContext context;
+  v1::SetRuleRequest request;
+  request.mutable_layer()->set_default_(true);
+  request.mutable_rule()->set_msr("0x808");  // x2APIC: fine for pvemud, not for KVM
+  request.mutable_rule()->set_read(v1::ReadAction::ZERO);
+  v1::EditResponse response;
+  grpc::Status status = policy_->SetRule(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "domain 1 runs on KVM"))
+      << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "x2APIC")) << status.error_message();
+  absl::SleepFor(absl::Milliseconds(100));
   EXPECT_EQ(plane->generation(), before);
   auto vcpu = plane->NewVcpu(0, 4096);
   EXPECT_EQ(Read(*vcpu, 0x1b0), 0x5u);
@@ -425,6 +451,27 @@ TEST_F(SubscribedTest, AttachedDataPlaneShowsInDomainsAndItsTrapsInStats) {
   EXPECT_EQ(found.vcpus(), 1u);
   EXPECT_EQ(found.applied_generation(), plane->generation());
   EXPECT_GE(stats.traps(), 10u);
+}
+
+TEST_F(SubscribedTest, AuditedTrapsReachTheDaemonsWatchers) {
+  auto plane = Subscribe(3);
+  ASSERT_NE(plane, nullptr);
+  grpc::ClientContext context;
+  v1::WatchRequest request;
+  request.set_traps(true);
+  auto reader = audit_->Watch(&context, request);
+  reader->WaitForInitialMetadata();  // the watch is live before the trap
+  auto vcpu = plane->NewVcpu(1, 4096);
+  EXPECT_EQ(Read(*vcpu, 0x19a), ~uint64_t{0}) << "the rule says #GP";
+  v1::AuditEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_EQ(event.trap().domain(), 3u);
+  EXPECT_EQ(event.trap().vcpu(), 1u);
+  EXPECT_EQ(event.trap().msr(), 0x19au);
+  EXPECT_EQ(event.trap().reason(), "audit-rule");
+  EXPECT_EQ(event.trap().mnemonic(), "rdmsr");
+  EXPECT_EQ(event.trap().outcome(), v1::Outcome::EXCEPTION);
+  context.TryCancel();
 }
 
 }  // namespace
