@@ -21,6 +21,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+// A note for C++ VMMs: in linux-libc-dev 6.1's <linux/kvm.h>, a struct with a
+// flexible array (kvm_cpuid2, kvm_msrs, kvm_msr_list, ...) has a different
+// layout and ioctl number in C++ than in C: __DECLARE_FLEX_ARRAY adds an
+// empty struct, whose size is 1 in C++, so KVM answers EINVAL. This runner
+// uses none of them; a VMM that does must declare its own header struct.
 #include <linux/kvm.h>
 #include <pthread.h>
 #include <signal.h>
