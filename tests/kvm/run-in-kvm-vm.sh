@@ -266,6 +266,9 @@ put() {
   mkdir -p "$IR$(dirname "$1")"
   cp -L --preserve=mode "$1" "$IR$1" || die "cannot copy $1 into the initramfs"
 }
+# is_elf FILE: whether FILE starts with the ELF magic (NULs dropped first:
+# bash cannot hold them).
+is_elf() { [ "$(head -c4 "$1" 2>/dev/null | tr -d '\0')" = $'\x7fELF' ]; }
 elves=()
 put "$cmd_path"
 elves+=("$cmd_path")
@@ -286,9 +289,9 @@ for a in "${copy_paths[@]}"; do
   cp -a -H "$a" "$IR$(dirname "$a")/" || die "cannot copy --copy=$a into the initramfs"
   if [ -d "$a" ]; then
     while IFS= read -r -d '' f; do
-      [ "$(head -c4 "$f" 2>/dev/null)" = $'\x7fELF' ] && elves+=("$f")
+      is_elf "$f" && elves+=("$f")
     done < <(find -H "$a" -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' \) -print0)
-  elif [ "$(head -c4 "$a" 2>/dev/null)" = $'\x7fELF' ]; then
+  elif is_elf "$a"; then
     elves+=("$a")
   fi
 done
