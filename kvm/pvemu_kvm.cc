@@ -162,6 +162,12 @@ void pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu* vcpu, struct pvemu_kvm_stats* ou
   if (vcpu != nullptr) *out = vcpu->vcpu->stats();
 }
 
+void pvemu_kvm_totals(const pvemu_kvm* kvm, struct pvemu_kvm_stats* out) {
+  if (out == nullptr) return;
+  *out = pvemu_kvm_stats{};
+  if (kvm != nullptr) *out = kvm->plane->totals().stats;
+}
+
 uint64_t pvemu_kvm_generation(const pvemu_kvm* kvm) {
   return kvm == nullptr ? 0 : kvm->plane->generation();
 }

@@ -113,7 +113,9 @@ enum pvemu_kvm_exit_result {
    * io_port ranges (IN reads all ones, OUT is dropped). Run the vCPU again. */
   PVEMU_KVM_HANDLED = 0,
   /* KVM_EXIT_IO on a port inside the domain's io_port ranges that the host
-   * backend models no device for: the access is the caller's device model's. */
+   * backend models no device for: the access is the caller's device model's.
+   * "Inside" means every byte of [port, port + size): a 4-byte access at a
+   * port granted alone is outside, and pvemu answers it (all ones). */
   PVEMU_KVM_DEVICE = 1,
   /* Any other exit reason: not pvemu's; the caller handles it. */
   PVEMU_KVM_NOT_MINE = 2,
@@ -134,11 +136,17 @@ struct pvemu_kvm_stats {
   uint64_t completed;   /* answered with a value / write done or dropped */
   uint64_t exceptions;  /* answered with #GP */
   uint64_t device;      /* PVEMU_KVM_DEVICE */
-  uint64_t pvemu_ns;    /* time spent deciding, in nanoseconds */
+  uint64_t pvemu_ns;    /* time spent deciding, in nanoseconds; the first
+                         * exits of a vCPU are cold (caches, page faults),
+                         * so judge the cost per exit over many exits */
 };
 
 /* Copies vCPU `vcpu`'s counts (lock-free; from its own thread). */
 void pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu *vcpu, struct pvemu_kvm_stats *out);
+
+/* The sum over every vCPU of the handle, open or closed (lock-free for the
+ * vCPUs; takes a short lock that no exit takes). */
+void pvemu_kvm_totals(const pvemu_kvm *kvm, struct pvemu_kvm_stats *out);
 
 /* The policy generation in force (the daemon's, when subscribed). */
 uint64_t pvemu_kvm_generation(const pvemu_kvm *kvm);

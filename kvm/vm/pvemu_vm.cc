@@ -71,7 +71,7 @@ constexpr int kKickSignal = SIGUSR1;
 constexpr uint64_t kKvmTssAddr = 0xfffbd000;
 
 const char kUsage[] =
-    "Usage: pvemu-vm [--domain=N] (--policy=FILE|NAME | --server=ADDR)\n"
+    "Usage: pvemu-vm --domain=N (--policy=FILE|NAME | --server=ADDR)\n"
     "                [--host=sim|linux] [--host-profile=NAME|FILE] [--vcpus=N]\n"
     "                [--memory=MIB] [--timeout=SECONDS] [--stats] [-o json] IMAGE\n"
     "\n"
@@ -79,7 +79,7 @@ const char kUsage[] =
     "entered there in 64-bit long mode on every vCPU; pvemu decides the guest's\n"
     "MSR accesses and which ports reach this runner's devices.\n"
     "\n"
-    "  --domain=N            the domain number the policy's layers use (default 1)\n"
+    "  --domain=N            the domain number the policy's layers use (required)\n"
     "  --policy=FILE|NAME    the whole policy: a file or a shipped name (kvm, default)\n"
     "  --server=ADDR         subscribe to pvemud instead (unix:PATH); 5 s to answer\n"
     "  --host=sim|linux      where PASSTHROUGH reads go (default sim)\n"
@@ -122,7 +122,8 @@ void Say(const char* format, ...) {
 // that the runner needs no flags library.
 
 struct Flags {
-  uint32_t domain = 1;
+  uint32_t domain = 0;
+  bool domain_given = false;  // --domain is required: it names the policy's layer
   std::string policy;
   std::string server;
   std::string host = "sim";
@@ -178,6 +179,7 @@ Flags ParseFlags(int argc, char** argv) {
           Fail("--domain=%s is not a domain number (a decimal from 0 to 4294967295)", arg);
         }
         f.domain = static_cast<uint32_t>(n);
+        f.domain_given = true;
         break;
       case kPolicy:
         if (*arg == '\0') Fail("--policy is empty: give a policy file or a shipped name (kvm, default)");
@@ -249,6 +251,9 @@ Flags ParseFlags(int argc, char** argv) {
          argv[optind + 1]);
   }
   f.image = argv[optind];
+  if (!f.domain_given) {
+    Fail("no --domain=N: give the domain number whose policy layer the VM follows");
+  }
   if (f.policy.empty() == f.server.empty()) {
     Fail("%s: give exactly one of --policy=FILE|NAME (standalone) and --server=ADDR (pvemud)",
          f.policy.empty() ? "no policy" : "both --policy and --server");
