@@ -179,6 +179,13 @@ void Concat(const Layer& src, const SourceMap& src_map, const std::string& src_p
     dst_map->Graft(Path(dst_path, field, to), src_map, Path(src_path, field, from));
   };
   for (int j = 0; j < src.msr_size(); ++j) {
+    // Two classes may agree on a rule: keep one copy (a disagreement was
+    // refused as a tie before).
+    bool have = false;
+    for (const MsrRule& d : dst->msr()) {
+      have = have || (Identity(d) == Identity(src.msr(j)) && SameDecision(d, src.msr(j)));
+    }
+    if (have) continue;
     *dst->add_msr() = src.msr(j);
     append("msr", j, dst->msr_size() - 1);
   }

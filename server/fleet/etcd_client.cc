@@ -4,11 +4,13 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/textproto.h"
 #include "grpcpp/create_channel.h"
@@ -132,9 +134,21 @@ absl::StatusOr<RangeResult> EtcdClient::Get(const std::string& key, const std::s
   if (!range_end.empty()) request.set_range_end(range_end);
   request.set_revision(revision);
   etcdserverpb::RangeResponse response;
-  grpc::ClientContext context;
-  Prepare(&context, timeout);
-  grpc::Status status = kv_->Range(&context, request, &response);
+  // A read is safe to repeat: an election in progress ("leader changed",
+  // "no leader": UNAVAILABLE) is waited out within the timeout, as etcd's
+  // own client does.
+  const absl::Time deadline = absl::Now() + timeout;
+  grpc::Status status;
+  while (true) {
+    grpc::ClientContext context;
+    Prepare(&context, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    status = kv_->Range(&context, request, &response);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        absl::Now() + absl::Milliseconds(100) >= deadline) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
   if (!status.ok()) {
     return Error(status, absl::StrCat("reading ", key, range_end.empty() ? "" : "*",
                                       revision > 0 ? absl::StrCat(" at revision ", revision) : ""));
