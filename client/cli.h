@@ -45,6 +45,8 @@ class JsonLine {
   JsonLine& Null(absl::string_view key);
   JsonLine& Obj(absl::string_view key, const JsonLine& value);
   JsonLine& StrList(absl::string_view key, const std::vector<std::string>& values);
+  // `json` is already JSON text (an array of objects, say).
+  JsonLine& Raw(absl::string_view key, std::string json) { return Set(key, std::move(json)); }
   // Prints the object on one line of stdout.
   void Print() const;
   // The object as JSON text ("{...}").

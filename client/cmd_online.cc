@@ -13,6 +13,7 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/flags.h"
+#include "client/rule_flags.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -86,6 +87,8 @@ absl::Status ReadPolicyFlag(std::string* text, std::string* name) {
   return ReadFileToString(*name, text);
 }
 
+}  // namespace
+
 absl::Status FillRuleTarget(v1::MsrRule* rule) {
   std::string msr = absl::GetFlag(FLAGS_msr);
   std::string range = absl::GetFlag(FLAGS_range);
@@ -154,6 +157,8 @@ absl::Status FillRuleActions(v1::MsrRule* rule) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 absl::Status PolicyGet() {
   v1::GetPolicyRequest request;
@@ -385,9 +390,11 @@ int RunStats(const Args& args) {
     PrintMsrStats(response);
     return kExitOk;
   }
+  const bool fleet = response.has_fleet();
+  const v1::FleetSelf& f = response.fleet();
   if (JsonOutput()) {
-    JsonLine()
-        .Num("traps", static_cast<double>(response.traps()))
+    JsonLine line;
+    line.Num("traps", static_cast<double>(response.traps()))
         .Num("completed", static_cast<double>(response.completed()))
         .Num("exceptions", static_cast<double>(response.exceptions()))
         .Num("unhandled", static_cast<double>(response.unhandled()))
@@ -397,8 +404,30 @@ int RunStats(const Args& args) {
         .Num("edits", static_cast<double>(response.edits()))
         .Num("uptime_seconds", response.uptime_seconds())
         .Str("host", response.host())
-        .Str("host_vendor", x86::VendorWord(policy::FromProto(response.host_vendor())))
-        .Print();
+        .Str("host_vendor", x86::VendorWord(policy::FromProto(response.host_vendor())));
+    if (fleet) {
+      JsonLine j;
+      j.Str("id", f.id())
+          .StrList("classes", {f.classes().begin(), f.classes().end()})
+          .Str("endpoints", f.endpoints())
+          .Num("applied_revision", static_cast<double>(f.applied_revision()))
+          .Bool("stale", !f.stale_since().empty());
+      if (f.stale_since().empty()) {
+        j.Null("stale_since");
+      } else {
+        j.Str("stale_since", f.stale_since());
+      }
+      if (f.has_last_error()) {
+        j.Obj("last_error", JsonLine()
+                                .Str("key", f.last_error().key())
+                                .Num("line", f.last_error().line())
+                                .Str("message", f.last_error().message()));
+      } else {
+        j.Null("last_error");
+      }
+      line.Obj("fleet", j);
+    }
+    line.Print();
   } else {
     std::printf(
         "host        %s\nuptime      %.0f s\ngeneration  %llu (%llu edits)\n"
@@ -413,6 +442,22 @@ int RunStats(const Args& args) {
         static_cast<unsigned long long>(response.unhandled()),
         static_cast<unsigned long long>(response.device_io()),
         static_cast<unsigned long long>(response.decode_errors()));
+    if (fleet) {
+      // Where the policy comes from, and whether it may be behind etcd.
+      std::printf("fleet       %s as host %s, revision %lld%s\n", f.endpoints().c_str(),
+                  f.id().c_str(), static_cast<long long>(f.applied_revision()),
+                  f.stale_since().empty()
+                      ? ""
+                      : absl::StrCat(", STALE since ", f.stale_since(),
+                                     " (etcd unreachable; serving the last good revision)")
+                            .c_str());
+      if (f.has_last_error()) {
+        std::printf("fleet error revision %lld not applied: %s%s: %s\n",
+                    static_cast<long long>(f.last_error().revision()), f.last_error().key().c_str(),
+                    f.last_error().line() > 0 ? absl::StrCat(":", f.last_error().line()).c_str() : "",
+                    f.last_error().message().c_str());
+      }
+    }
   }
   return kExitOk;
 }

@@ -23,6 +23,7 @@ int RunDomains(const Args& args);
 int RunStats(const Args& args);
 int RunWatch(const Args& args);
 int RunTop(const Args& args);       // client/cmd_top.cc
+int RunFleet(const Args& args);     // status | get | apply | set-rule | delete-rule (cmd_fleet.cc)
 
 }  // namespace pvemu::client
 

@@ -45,6 +45,10 @@ ABSL_FLAG(std::string, count, "", "watch: stop after this many events");
 ABSL_FLAG(bool, msrs, false, "stats: list the MSRs each domain touched, by access and action");
 ABSL_FLAG(std::string, interval, "1", "top: seconds between samples");
 ABSL_FLAG(bool, once, false, "top: print one snapshot and exit");
+ABSL_FLAG(std::string, layer, "",
+          "fleet: the layer, default | class:NAME | host:ID | host:ID/domain:N");
+ABSL_FLAG(std::string, if_revision, "",
+          "fleet: refuse (ABORTED) unless the layer's key is at this etcd mod_revision");
 ABSL_FLAG(std::string, timeout, "10", "seconds to wait for the server per call");
 ABSL_FLAG(std::string, rax, "0", "emulate: RAX");
 ABSL_FLAG(std::string, rbx, "0", "emulate: RBX");

@@ -40,6 +40,8 @@ ABSL_DECLARE_FLAG(bool, msrs);
 ABSL_DECLARE_FLAG(std::string, interval);
 ABSL_DECLARE_FLAG(bool, once);
 ABSL_DECLARE_FLAG(std::string, timeout);
+ABSL_DECLARE_FLAG(std::string, layer);
+ABSL_DECLARE_FLAG(std::string, if_revision);
 ABSL_DECLARE_FLAG(std::string, rax);
 ABSL_DECLARE_FLAG(std::string, rbx);
 ABSL_DECLARE_FLAG(std::string, rcx);

@@ -53,6 +53,16 @@ unix:///run/pvemu/pvemu.sock):
   domains | stats [--msrs [--domain=N]] | watch [--count=N]
   top [--domain=N] [--interval=SECONDS] [--once]   live MSR accesses per second (q quits)
 
+Fleet commands (through any pvemud started with --fleet; LAYER is default,
+class:NAME, host:ID or host:ID/domain:N):
+  fleet status                                 hosts, applied revisions, errors, stale
+                                               hosts, hosts whose lease expired
+  fleet get --layer=LAYER
+  fleet apply -f FILE --layer=LAYER [--if-revision=R]
+  fleet set-rule --layer=LAYER [--domain=N] <the rule flags of policy set-rule> [--if-revision=R]
+  fleet delete-rule --layer=LAYER [--domain=N] --msr=MSR|--range=FIRST-LAST [--host-vendor=V]
+                    [--if-revision=R]
+
 Exit status: 0 success, 1 invalid input or failed check, 2 usage error,
 3 server unreachable. Numbers are decimal or 0x hex; MSRs also by name.
 )";
@@ -67,7 +77,7 @@ constexpr CommandEntry kCommands[] = {
     {"emulate", RunEmulate}, {"import", RunImport},     {"replay", RunReplay},
     {"suggest", RunSuggest}, {"msr", RunMsr},           {"policy", RunPolicy},
     {"domains", RunDomains}, {"stats", RunStats},       {"watch", RunWatch},
-    {"top", RunTop},         {"kvm-filter", RunKvmFilter},
+    {"top", RunTop},         {"kvm-filter", RunKvmFilter}, {"fleet", RunFleet},
 };
 
 // Sets one flag; returns a usage message on failure, "" on success.

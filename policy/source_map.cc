@@ -100,6 +100,39 @@ std::optional<SourceMap> SourceMap::FromPrinterOutput(std::string source, const 
   return map;
 }
 
+namespace {
+
+// Whether `path` is `root` or a field below it ("a.b" is below "a", and
+// "a[1]" below "a[1]", but "a[10]" is not below "a[1]").
+bool Below(absl::string_view path, absl::string_view root) {
+  if (!absl::StartsWith(path, root)) return false;
+  return path.size() == root.size() || path[root.size()] == '.' ||
+         (path[root.size()] == '[' && root.back() != ']');
+}
+
+}  // namespace
+
+void SourceMap::Graft(absl::string_view path, const SourceMap& from,
+                      absl::string_view from_path) {
+  std::vector<std::string> stale;
+  for (const auto& [p, pos] : pos_) {
+    if (Below(p, path)) stale.push_back(p);
+  }
+  for (const std::string& p : stale) pos_.erase(p);
+  for (const auto& [p, pos] : from.pos_) {
+    if (!Below(p, from_path)) continue;
+    const std::string& name = from.SourceOf(pos);
+    int index = -1;
+    if (name != source_) {
+      auto it = std::find(other_sources_.begin(), other_sources_.end(), name);
+      index = static_cast<int>(it - other_sources_.begin());
+      if (it == other_sources_.end()) other_sources_.push_back(name);
+    }
+    pos_[absl::StrCat(path, absl::string_view(p).substr(from_path.size()))] =
+        Pos{pos.line, pos.col, index};
+  }
+}
+
 const SourceMap::Pos* SourceMap::Find(absl::string_view path) const {
   while (!path.empty()) {
     auto it = pos_.find(path);
@@ -119,13 +152,13 @@ int SourceMap::Line(absl::string_view path) const {
 std::string SourceMap::Where(absl::string_view path) const {
   const Pos* p = Find(path);
   if (p == nullptr) return absl::StrCat(source_, ":", path);
-  return absl::StrCat(source_, ":", p->line, ":", p->col);
+  return absl::StrCat(SourceOf(*p), ":", p->line, ":", p->col);
 }
 
 std::string SourceMap::WhereLine(absl::string_view path) const {
   const Pos* p = Find(path);
   if (p == nullptr) return absl::StrCat(source_, ":", path);
-  return absl::StrCat(source_, ":", p->line);
+  return absl::StrCat(SourceOf(*p), ":", p->line);
 }
 
 }  // namespace pvemu::policy

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
@@ -38,6 +39,13 @@ class SourceMap {
                                                     const google::protobuf::Descriptor& root,
                                                     absl::string_view text);
 
+  // Records the positions of `from_path` and every field below it in `from`
+  // as positions of `path` (and below) here, with `from`'s source name:
+  // a policy composed of several texts (fleet mode's layers, each an etcd
+  // key) names each part's own text and line in errors. Positions this map
+  // had under `path` are dropped first.
+  void Graft(absl::string_view path, const SourceMap& from, absl::string_view from_path);
+
   const std::string& source() const { return source_; }
   bool has_positions() const { return !pos_.empty(); }
 
@@ -54,13 +62,18 @@ class SourceMap {
   struct Pos {
     int line;  // 1-based
     int col;   // 1-based
+    int source = -1;  // index in other_sources_ (Graft), -1: source_
   };
+  const std::string& SourceOf(const Pos& p) const {
+    return p.source < 0 ? source_ : other_sources_[p.source];
+  }
   const Pos* Find(absl::string_view path) const;
   void Record(const google::protobuf::Message& msg,
               const google::protobuf::TextFormat::ParseInfoTree& tree,
               const std::string& prefix);
 
   std::string source_;
+  std::vector<std::string> other_sources_;
   absl::flat_hash_map<std::string, Pos> pos_;
 };
 

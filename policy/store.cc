@@ -285,9 +285,9 @@ absl::Status Store::CheckGeneration(const EditOptions& options) const {
 
 absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& source,
                                          const EditOptions& options, const char* method,
-                                         std::string layer) {
+                                         std::string layer, uint64_t next) {
   RETURN_IF_ERROR(ValidatePolicy(candidate, source));
-  const uint64_t next = generation() + 1;
+  if (next == 0) next = generation() + 1;
   std::string candidate_text = ToTextProto(candidate);
   const std::string text = state_dir_.empty() ? std::string() : StateText(candidate_text, next);
 
@@ -384,6 +384,21 @@ absl::StatusOr<EditResult> Store::ApplyPolicy(const Policy& policy, const Source
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckGeneration(options));
   return Commit(policy, source, options, "ApplyPolicy", "all");
+}
+
+absl::StatusOr<EditResult> Store::ApplyPolicyAtGeneration(const Policy& policy,
+                                                          const SourceMap& source,
+                                                          uint64_t generation,
+                                                          const EditOptions& options) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGeneration(options));
+  if (generation <= this->generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot publish generation %d: the policy is already at generation %d, and "
+        "generations only move forward",
+        generation, this->generation()));
+  }
+  return Commit(policy, source, options, "FleetApply", "all", generation);
 }
 
 absl::StatusOr<EditResult> Store::ApplyLayer(LayerRef layer, const Policy& layer_policy,

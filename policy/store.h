@@ -55,7 +55,7 @@ struct EditResult {
 // What the edit listener hears after each accepted edit.
 struct EditEvent {
   std::string who;
-  std::string method;  // "ApplyPolicy", "ApplyLayer", "SetRule", "DeleteRule"
+  std::string method;  // "ApplyPolicy", "ApplyLayer", "SetRule", "DeleteRule", "FleetApply"
   std::string layer;   // "all", "default", "domain 3"
   uint64_t generation = 0;
   std::string diff;
@@ -112,6 +112,17 @@ class Store {
   absl::StatusOr<EditResult> DeleteRule(LayerRef layer, const pvemu::v1::MsrRule& rule,
                                         const EditOptions& options);
 
+  // Replaces the whole policy and publishes it at `generation` rather than
+  // the next one: fleet mode, where the generation is the etcd revision the
+  // policy was composed at. Validated, compiled (and persisted, for a store
+  // with a state dir) like ApplyPolicy; FAILED_PRECONDITION unless
+  // `generation` is above the current one, so readers always see the
+  // generation move forward. options.if_generation is checked as usual.
+  absl::StatusOr<EditResult> ApplyPolicyAtGeneration(const pvemu::v1::Policy& policy,
+                                                     const SourceMap& source,
+                                                     uint64_t generation,
+                                                     const EditOptions& options);
+
   // What ApplyPolicy / ApplyLayer would change (text, "" for nothing);
   // INVALID_ARGUMENT if the candidate is invalid.
   absl::StatusOr<std::string> Diff(const pvemu::v1::Policy& policy,
@@ -155,9 +166,11 @@ class Store {
   Store(std::string state_dir, pvemu::v1::Vendor host_vendor);
 
   // Validates, compiles, persists and publishes `candidate`. REQUIRES: mu_.
+  // `next`: the generation to publish at (0: the current one plus one).
   absl::StatusOr<EditResult> Commit(pvemu::v1::Policy candidate, const SourceMap& source,
                                     const EditOptions& options, const char* method,
-                                    std::string layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                    std::string layer, uint64_t next = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckGeneration(const EditOptions& options) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SetRule and DeleteRule: under mu_, checks the generation and resolves the

@@ -18,12 +18,16 @@
 #include "base/status_macros.h"
 #include "base/textproto.h"
 #include "dispatch/audit.h"
+#include "policy/loader.h"
+#include "policy/shipped.h"
 #include "server/auth.h"
 #include "dispatch/dispatch.h"
 #include "kvm/msr_filter.h"
 #include "server/fault_logging_host.h"
 #include "server/hosts/open_host.h"
 #include "server/hosts/xen/xen_host.h"
+#include "server/fleet/fleet.h"
+#include "server/fleet/service.h"
 #include "server/listener.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
@@ -65,6 +69,9 @@ class DaemonImpl final : public Daemon {
                         ", policy generation ", store_->generation(),
                         state_dir_.empty() ? ", in memory" : ", state in " + state_dir_,
                         host_writes_ ? ", host MSR writes ENABLED" : "",
+                        fleet_ == nullptr ? ""
+                                          : absl::StrCat(", fleet ", fleet_->Self().endpoints(),
+                                                         " as host ", fleet_->keys().host_id()),
                         metrics_http_ == nullptr
                             ? ""
                             : absl::StrCat(", metrics on http://", metrics_http_->address(),
@@ -83,6 +90,8 @@ class DaemonImpl final : public Daemon {
     audit_.Shutdown();
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
                                               std::chrono::seconds(3));
+    // After the server: an edit in flight may still wait for the watcher.
+    if (fleet_ != nullptr) fleet_->Stop();
     if (capture_ != nullptr) {
       dispatcher_->RemoveObserver(capture_.get());
       absl::Status closed = capture_->Close();
@@ -94,6 +103,10 @@ class DaemonImpl final : public Daemon {
 
   absl::Status Init(const DaemonOptions& options, std::vector<std::string>* warnings);
   absl::Status StartMonitors(const DaemonOptions& options);
+  // Fleet mode: the store holds the base policy in memory (the fleet's
+  // last good state lives in state_dir/fleet.state, not policy.textproto),
+  // and the fleet replaces it whole, revision by revision.
+  absl::Status StartFleet(const DaemonOptions& options, std::vector<std::string>* warnings);
 
  private:
   void OnEdit(const policy::EditEvent& edit);
@@ -117,6 +130,8 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<AuditServiceImpl> audit_service_;
   KvmAttachments kvm_attachments_;
   std::unique_ptr<KvmServiceImpl> kvm_service_;
+  std::unique_ptr<fleet::Fleet> fleet_;  // fleet mode only; uses store_
+  std::unique_ptr<FleetServiceImpl> fleet_service_;
   std::unique_ptr<UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads everything above
@@ -194,8 +209,12 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
     }
     chmod(state_dir_.c_str(), 0700);
   }
-  ASSIGN_OR_RETURN(store_, policy::Store::Open(state_dir_, options.policy, host_->vendor(),
-                                               warnings));
+  if (options.fleet.empty()) {
+    ASSIGN_OR_RETURN(store_, policy::Store::Open(state_dir_, options.policy, host_->vendor(),
+                                                 warnings));
+  } else {
+    RETURN_IF_ERROR(StartFleet(options, warnings));
+  }
   dispatch::DispatchOptions dispatch_options;
   dispatch_options.allow_host_writes = options.allow_host_writes;
   dispatch_options.count_by_domain_and_msr = options.count_msrs || !options.metrics.empty();
@@ -216,6 +235,11 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
       *dispatcher_, *auth_, std::string(host_->description()), &kvm_attachments_);
   kvm_service_ = std::make_unique<KvmServiceImpl>(*store_, *auth_, kvm_attachments_, audit_);
   audit_service_ = std::make_unique<AuditServiceImpl>(audit_, *auth_);
+  if (fleet_ != nullptr) {
+    policy_service_->SetFleet(fleet_.get());
+    emulator_service_->SetFleet(fleet_.get());
+    fleet_service_ = std::make_unique<FleetServiceImpl>(*fleet_, *auth_);
+  }
   store_->SetEditListener([this](const policy::EditEvent& e) { OnEdit(e); });
   // An edit an attached KVM data plane could not apply is refused here, with
   // the rules named, rather than ignored there.
@@ -242,6 +266,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   builder.RegisterService(emulator_service_.get());
   builder.RegisterService(audit_service_.get());
   builder.RegisterService(kvm_service_.get());
+  if (fleet_service_ != nullptr) builder.RegisterService(fleet_service_.get());
   if (rpc_metrics != nullptr) {
     // Every RPC's final status, whichever service and however it ended
     // (refused by auth, a stream cut short): one place, no method forgotten.
@@ -277,6 +302,33 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   }
   if (listener_ != nullptr) listener_->Start(server_.get(), &peers_);
   return StartMonitors(options);
+}
+
+absl::Status DaemonImpl::StartFleet(const DaemonOptions& options,
+                                    std::vector<std::string>* warnings) {
+  policy::LoadedPolicy base;
+  if (!options.policy.empty()) {
+    ASSIGN_OR_RETURN(base, policy::LoadPolicyByNameOrFile(options.policy));
+  } else {
+    ASSIGN_OR_RETURN(base, policy::ParsePolicy(policy::ShippedPolicy("default"),
+                                               "default.textproto"));
+  }
+  ASSIGN_OR_RETURN(store_, policy::Store::FromPolicy(base.policy, base.source, host_->vendor()));
+  fleet::FleetOptions fo;
+  fo.url = options.fleet;
+  fo.host_id = options.host_id;
+  fo.classes = options.host_classes;
+  fo.ca_file = options.fleet_ca;
+  fo.cert_file = options.fleet_cert;
+  fo.key_file = options.fleet_key;
+  fo.state_dir = state_dir_;
+  fo.version = PVEMU_VERSION;
+  ASSIGN_OR_RETURN(fleet_, fleet::Fleet::Start(fo, *store_, std::move(base), warnings));
+  // A first start (nothing on disk) waits a little for etcd, so that it
+  // comes up serving the fleet's policy when etcd is there; a host with a
+  // last good state serves it at once.
+  if (fleet_->Self().applied_revision() == 0) fleet_->WaitFirstSync(absl::Seconds(3));
+  return absl::OkStatus();
 }
 
 absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {

@@ -38,6 +38,13 @@ struct DaemonOptions {
   // vm_event ring and answer them from the policy (server/xen_monitor.h).
   std::vector<uint32_t> monitor_domains;
   std::vector<uint32_t> monitor_msrs;
+  // Fleet mode (server/fleet/fleet.h): take the policy's layers from etcd,
+  // etcd://HOST:PORT[,HOST:PORT...][/PREFIX]. "" (the default): none, and
+  // pvemud works exactly as without fleet mode.
+  std::string fleet;
+  std::string host_id;                    // "" = the hostname
+  std::vector<std::string> host_classes;
+  std::string fleet_ca, fleet_cert, fleet_key;  // etcd client TLS (a CA turns it on)
 };
 
 class Daemon {

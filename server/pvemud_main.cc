@@ -50,6 +50,16 @@ ABSL_FLAG(bool, count_msrs, false,
           "count traps by domain and instruction and MSR accesses by domain, MSR, access and "
           "action, for 'pvemuctl stats --msrs' (on with --metrics); off by default, so that "
           "the trap path pays nothing for it");
+ABSL_FLAG(std::string, fleet, "",
+          "fleet mode: take the policy's layers from etcd, "
+          "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (prefix default /pvemu); off by default");
+ABSL_FLAG(std::string, host_id, "", "fleet mode: this host's id (default: the hostname)");
+ABSL_FLAG(std::vector<std::string>, host_class, {},
+          "fleet mode: this host's classes, comma-separated (PREFIX/policy/class/NAME)");
+ABSL_FLAG(std::string, fleet_ca, "",
+          "fleet mode: CA of etcd's server certificates (PEM); given, etcd is reached over TLS");
+ABSL_FLAG(std::string, fleet_cert, "", "fleet mode: client certificate for etcd (PEM)");
+ABSL_FLAG(std::string, fleet_key, "", "fleet mode: the client certificate's key (PEM)");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
 
 namespace {
@@ -76,7 +86,9 @@ int main(int argc, char** argv) {
       "pvemu privileged-operation emulator daemon.\n"
       "Usage: pvemud [--host=sim|xen|linux] [--host-profile=NAME|FILE] [--listen=ADDR] "
       "[--state-dir=DIR] [--policy=FILE] [--readers=LIST] [--editors=LIST] "
-      "[--metrics=HOST:PORT] [--count-msrs]");
+      "[--metrics=HOST:PORT] [--count-msrs] "
+      "[--fleet=etcd://HOST:PORT[,HOST:PORT...][/PREFIX] [--host-id=ID] [--host-class=NAME,...] "
+      "[--fleet-ca=FILE --fleet-cert=FILE --fleet-key=FILE]]");
   absl::ParseCommandLine(argc, argv);
 
   // Signals are taken synchronously by this thread; every other thread
@@ -104,6 +116,20 @@ int main(int argc, char** argv) {
   options.capture = absl::GetFlag(FLAGS_capture);
   options.metrics = absl::GetFlag(FLAGS_metrics);
   options.count_msrs = absl::GetFlag(FLAGS_count_msrs);
+  options.fleet = absl::GetFlag(FLAGS_fleet);
+  options.host_id = absl::GetFlag(FLAGS_host_id);
+  options.host_classes = absl::GetFlag(FLAGS_host_class);
+  options.fleet_ca = absl::GetFlag(FLAGS_fleet_ca);
+  options.fleet_cert = absl::GetFlag(FLAGS_fleet_cert);
+  options.fleet_key = absl::GetFlag(FLAGS_fleet_key);
+  if (options.fleet.empty() &&
+      (!options.host_id.empty() || !options.host_classes.empty() || !options.fleet_ca.empty() ||
+       !options.fleet_cert.empty() || !options.fleet_key.empty())) {
+    std::fprintf(stderr,
+                 "pvemud: --host-id, --host-class and --fleet-ca/--fleet-cert/--fleet-key "
+                 "belong to fleet mode: add --fleet=etcd://HOST:PORT\n");
+    return 2;
+  }
 
   for (const std::string& d : absl::GetFlag(FLAGS_monitor_domain)) {
     uint32_t id = 0;

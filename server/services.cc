@@ -11,6 +11,7 @@
 #include "x86/msr_catalog.h"
 #include "policy/loader.h"
 #include "base/textproto.h"
+#include "server/fleet/fleet.h"
 
 namespace pvemu::server {
 namespace {
@@ -100,6 +101,51 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(message));
 }
 
+namespace {
+
+// The default layer of a fleet-mode host is the fleet's layers composed:
+// an edit of it goes to one of them, by name.
+absl::Status FleetRefusal(const fleet::Fleet& f, absl::string_view command) {
+  const std::string& id = f.keys().host_id();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this host (", id, ") is in fleet mode: its default layer is composed from the fleet's "
+      "layers in etcd, so edit one of them: `pvemuctl fleet ", command, " --layer=host:", id,
+      "` for this host alone (or --layer=default for every host, --layer=class:NAME for a "
+      "class); `--domain=N` edits this host's overlay of domain N"));
+}
+
+}  // namespace
+
+grpc::Status PolicyServiceImpl::FleetDomainEdit(grpc::ServerContext* context, int op,
+                                                uint32_t domain, const std::string& textproto,
+                                                const std::string& source_name,
+                                                const v1::MsrRule* rule, uint64_t if_generation,
+                                                v1::EditResponse* response) {
+  // --if-generation keeps its meaning: the policy this host serves.
+  if (if_generation != 0 && if_generation != store_.generation()) {
+    return ToGrpc(absl::AbortedError(absl::StrCat(
+        "the policy is at generation ", store_.generation(), " (fleet revision), not ",
+        if_generation, "; re-read it and retry")));
+  }
+  fleet::LayerEdit edit;
+  edit.op = static_cast<fleet::LayerEdit::Op>(op);
+  edit.layer = fleet::LayerName{fleet::LayerName::kHostDomain, fleet_->keys().host_id(), domain};
+  edit.who = auth_.Describe(*context);
+  edit.textproto = textproto;
+  edit.source_name = source_name;
+  if (rule != nullptr) edit.rule = *rule;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::FleetEditResponse> done = fleet_->Edit(edit);
+  if (metrics_ != nullptr) metrics_->CountEdit(done.status(), absl::Now() - start);
+  if (!done.ok()) return ToGrpc(done.status());
+  if (!done->not_applied().empty()) {
+    return ToGrpc(absl::FailedPreconditionError(done->not_applied()));
+  }
+  response->set_generation(done->revision());
+  response->set_diff(done->diff());
+  return grpc::Status::OK;
+}
+
 template <typename Edit>
 absl::StatusOr<policy::EditResult> PolicyServiceImpl::Timed(Edit edit) {
   const absl::Time start = absl::Now();
@@ -147,6 +193,16 @@ grpc::Status PolicyServiceImpl::ApplyPolicy(grpc::ServerContext* context,
   REQUIRE_ROLE(Role::kEditor, "editing");
   auto layer = LayerOf(request->layer(), request->has_layer(), false);
   if (!layer.ok()) return ToGrpc(layer.status());
+  if (fleet_ != nullptr) {
+    if (!layer->has_value() || (*layer)->is_default) return ToGrpc(FleetRefusal(*fleet_, "apply -f FILE"));
+    if (request->has_policy() && !request->textproto().empty()) {
+      return ToGrpc(absl::InvalidArgumentError("give either policy or textproto, not both"));
+    }
+    const std::string text =
+        request->textproto().empty() ? ToTextProto(request->policy()) : request->textproto();
+    return FleetDomainEdit(context, fleet::LayerEdit::kApply, (*layer)->domain, text,
+                           request->source_name(), nullptr, request->if_generation(), response);
+  }
   auto loaded = PolicyOf(request->policy(), request->has_policy(), request->textproto(),
                          request->source_name());
   if (!loaded.ok()) return ToGrpc(loaded.status());
@@ -167,6 +223,15 @@ grpc::Status PolicyServiceImpl::EditRule(grpc::ServerContext* context, const Req
   REQUIRE_ROLE(Role::kEditor, "editing");
   auto layer = LayerOf(request.layer(), request.has_layer(), true);
   if (!layer.ok()) return ToGrpc(layer.status());
+  if (fleet_ != nullptr) {
+    const bool set = edit == &policy::Store::SetRule;
+    if ((*layer)->is_default) {
+      return ToGrpc(FleetRefusal(*fleet_, set ? "set-rule" : "delete-rule"));
+    }
+    return FleetDomainEdit(context, set ? fleet::LayerEdit::kSetRule : fleet::LayerEdit::kDeleteRule,
+                           (*layer)->domain, "", "", &request.rule(), request.if_generation(),
+                           response);
+  }
   // Explicit captures: GCC 12 miscompiles an implicit `this` captured with
   // [&] next to a pointer-to-member call here (UBSan: misaligned `this`).
   const policy::EditOptions options = EditOptionsFor(request.if_generation(), auth_, *context);
@@ -419,6 +484,7 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   response->set_host(host_name_);
   response->set_host_vendor(dispatcher_.host().vendor());
+  if (fleet_ != nullptr) *response->mutable_fleet() = fleet_->Self();
   if (request->msrs()) {
     if (!dispatcher_.counting_by_domain_and_msr()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

@@ -22,6 +22,10 @@
 
 namespace pvemu::server {
 
+namespace fleet {
+class Fleet;  // server/fleet/fleet.h
+}
+
 // Live domains as the host reports them (xen); null for hosts that have no
 // notion of domains (sim, linux).
 using LiveDomainsFn = std::function<absl::StatusOr<std::vector<v1::DomainInfo>>()>;
@@ -80,7 +84,19 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
   grpc::Status Explain(grpc::ServerContext* context, const v1::ExplainRequest* request,
                        v1::ExplainResponse* response) override;
 
+  // Fleet mode: edits of a domain overlay go to this host's domain key in
+  // etcd; edits of the default layer or the whole policy are refused,
+  // pointing at `pvemuctl fleet`. Set before serving.
+  void SetFleet(fleet::Fleet* fleet) { fleet_ = fleet; }
+
  private:
+  // Fleet mode's edit of this host's overlay of `domain` (kApply with
+  // `textproto`, or a rule edit with `rule`).
+  grpc::Status FleetDomainEdit(grpc::ServerContext* context, int op, uint32_t domain,
+                               const std::string& textproto, const std::string& source_name,
+                               const v1::MsrRule* rule, uint64_t if_generation,
+                               v1::EditResponse* response);
+
   // Store::SetRule or Store::DeleteRule.
   using RuleEdit = absl::StatusOr<policy::EditResult> (policy::Store::*)(
       policy::LayerRef, const v1::MsrRule&, const policy::EditOptions&);
@@ -98,6 +114,7 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
   LiveDomainsFn live_;
   RpcMetrics* metrics_;
   const KvmAttachments* kvm_;
+  fleet::Fleet* fleet_ = nullptr;
 };
 
 class EmulatorServiceImpl final : public v1::EmulatorService::Service {
@@ -117,6 +134,8 @@ class EmulatorServiceImpl final : public v1::EmulatorService::Service {
 
   // Edits accepted since start (the daemon's edit listener counts them).
   void CountEdit() { edits_.fetch_add(1, std::memory_order_relaxed); }
+  // Fleet mode: GetStats reports where the policy came from. Set before serving.
+  void SetFleet(const fleet::Fleet* fleet) { fleet_ = fleet; }
 
  private:
   // Unary calls borrow a session from a pool instead of creating one per call.
@@ -128,6 +147,7 @@ class EmulatorServiceImpl final : public v1::EmulatorService::Service {
   const std::string host_name_;
   const absl::Time started_;
   const KvmAttachments* kvm_;
+  const fleet::Fleet* fleet_ = nullptr;
   std::atomic<uint64_t> edits_{0};
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<dispatch::Dispatcher::Session>> pool_ ABSL_GUARDED_BY(pool_mu_);

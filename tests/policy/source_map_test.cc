@@ -96,5 +96,21 @@ TEST(SourceMapTest, TextThePrinterWouldNotWriteIsRefused) {
   EXPECT_FALSE(SourceMap::FromPrinterOutput("s", root, "default { msr: 3 }\n").has_value());
 }
 
+TEST(SourceMap, GraftKeepsTheOtherTextsNameAndLine) {
+  v1::Policy p;
+  google::protobuf::TextFormat::ParseInfoTree tree;
+  ASSERT_TRUE(ParseTextProto("default {\n  msr { msr: \"0x1b0\" read: ZERO }\n}", "/p/key", &p,
+                             &tree)
+                  .ok());
+  SourceMap from = SourceMap::FromParseInfo("/p/key", p, tree);
+  SourceMap composed("composed");
+  composed.Graft("default.msr[4]", from, "default.msr[0]");
+  EXPECT_EQ(composed.WhereLine("default.msr[4].read"), "/p/key:2");
+  EXPECT_EQ(composed.WhereLine("default.msr[40]"), "composed:default.msr[40]");
+  // Grafting again replaces what was there.
+  composed.Graft("default.msr[4]", SourceMap("none"), "-");
+  EXPECT_EQ(composed.Line("default.msr[4]"), 0);
+}
+
 }  // namespace
 }  // namespace pvemu::policy

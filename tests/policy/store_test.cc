@@ -64,6 +64,29 @@ TEST(Store, OpensTheShippedDefaultAtGenerationOne) {
   EXPECT_EQ(store->Current()->ForDomain(0).Lookup(0x1b0).read, R::PASSTHROUGH);
 }
 
+TEST(Store, ApplyPolicyAtGenerationPublishesThatGenerationAndOnlyMovesForward) {
+  auto store = OpenOk("");
+  v1::Policy policy;
+  *policy.mutable_default_()->add_msr() = Rule("0x1b0", R::ZERO);
+  SourceMap source("fleet");
+  absl::StatusOr<EditResult> applied = store->ApplyPolicyAtGeneration(policy, source, 40, {});
+  ASSERT_THAT(applied, IsOk());
+  EXPECT_EQ(applied->generation, 40u);
+  EXPECT_EQ(store->generation(), 40u);
+  EXPECT_EQ(store->Current()->ForDomain(0).Lookup(0x1b0).read, R::ZERO);
+  // The same or an older generation is refused, and nothing changes.
+  *policy.mutable_default_()->mutable_msr(policy.default_().msr_size() - 1) = Rule("0x1b0", R::GP);
+  EXPECT_THAT(store->ApplyPolicyAtGeneration(policy, source, 40, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("already at generation 40, and generations only move forward")));
+  EXPECT_EQ(store->Current()->ForDomain(0).Lookup(0x1b0).read, R::ZERO);
+  // An invalid policy is refused whole, as any edit.
+  *policy.mutable_default_()->add_msr() = Rule("NO_SUCH_MSR", R::ZERO);
+  EXPECT_THAT(store->ApplyPolicyAtGeneration(policy, source, 41, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NO_SUCH_MSR")));
+  EXPECT_EQ(store->generation(), 40u);
+}
+
 TEST(Store, OpensTheInitialFile) {
   testutil::TempDir dir;
   std::string initial = dir.path() + "/initial.textproto";

@@ -1,0 +1,96 @@
+#include "server/fleet/service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/services.h"
+
+namespace pvemu::server {
+namespace {
+
+// The same refusal as the other services' (server/services.cc).
+grpc::Status Denied(absl::string_view what, const Authorizer& auth,
+                    const grpc::ServerContext& context) {
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(what, " is not allowed for ", auth.Describe(context),
+                                   "; ask an operator to add you to pvemud's --",
+                                   what == "reading" ? "readers" : "editors", " list"));
+}
+
+bool Allowed(const Authorizer& auth, const grpc::ServerContext& context, bool edit) {
+  const Role role = auth.RoleOf(context);
+  return role != Role::kNone && (!edit || role == Role::kEditor);
+}
+
+}  // namespace
+
+grpc::Status FleetServiceImpl::GetStatus(grpc::ServerContext* context,
+                                         const v1::FleetStatusRequest*,
+                                         v1::FleetStatusResponse* response) {
+  if (!Allowed(auth_, *context, false)) return Denied("reading", auth_, *context);
+  *response = fleet_.Status();
+  return grpc::Status::OK;
+}
+
+grpc::Status FleetServiceImpl::GetLayer(grpc::ServerContext* context,
+                                        const v1::GetLayerRequest* request,
+                                        v1::GetLayerResponse* response) {
+  if (!Allowed(auth_, *context, false)) return Denied("reading", auth_, *context);
+  absl::StatusOr<fleet::LayerName> layer = fleet::ParseLayerName(request->layer());
+  if (!layer.ok()) return ToGrpc(layer.status());
+  absl::StatusOr<v1::GetLayerResponse> got = fleet_.GetLayer(*layer);
+  if (!got.ok()) return ToGrpc(got.status());
+  *response = *std::move(got);
+  return grpc::Status::OK;
+}
+
+grpc::Status FleetServiceImpl::ApplyLayer(grpc::ServerContext* context,
+                                          const v1::FleetApplyRequest* request,
+                                          v1::FleetEditResponse* response) {
+  if (!Allowed(auth_, *context, true)) return Denied("editing", auth_, *context);
+  absl::StatusOr<fleet::LayerName> layer = fleet::ParseLayerName(request->layer());
+  if (!layer.ok()) return ToGrpc(layer.status());
+  fleet::LayerEdit edit;
+  edit.op = fleet::LayerEdit::kApply;
+  edit.layer = *layer;
+  edit.who = auth_.Describe(*context);
+  edit.if_revision = request->if_revision();
+  edit.textproto = request->textproto();
+  edit.source_name = request->source_name();
+  absl::StatusOr<v1::FleetEditResponse> done = fleet_.Edit(edit);
+  if (!done.ok()) return ToGrpc(done.status());
+  *response = *std::move(done);
+  return grpc::Status::OK;
+}
+
+grpc::Status FleetServiceImpl::RuleEdit(grpc::ServerContext* context,
+                                        const v1::FleetRuleRequest& request,
+                                        fleet::LayerEdit::Op op,
+                                        v1::FleetEditResponse* response) {
+  if (!Allowed(auth_, *context, true)) return Denied("editing", auth_, *context);
+  absl::StatusOr<fleet::LayerName> layer = fleet::ParseLayerName(request.layer());
+  if (!layer.ok()) return ToGrpc(layer.status());
+  fleet::LayerEdit edit;
+  edit.op = op;
+  edit.layer = *layer;
+  edit.who = auth_.Describe(*context);
+  edit.if_revision = request.if_revision();
+  edit.rule = request.rule();
+  if (request.has_domain()) edit.domain = request.domain();
+  absl::StatusOr<v1::FleetEditResponse> done = fleet_.Edit(edit);
+  if (!done.ok()) return ToGrpc(done.status());
+  *response = *std::move(done);
+  return grpc::Status::OK;
+}
+
+grpc::Status FleetServiceImpl::SetRule(grpc::ServerContext* context,
+                                       const v1::FleetRuleRequest* request,
+                                       v1::FleetEditResponse* response) {
+  return RuleEdit(context, *request, fleet::LayerEdit::kSetRule, response);
+}
+
+grpc::Status FleetServiceImpl::DeleteRule(grpc::ServerContext* context,
+                                          const v1::FleetRuleRequest* request,
+                                          v1::FleetEditResponse* response) {
+  return RuleEdit(context, *request, fleet::LayerEdit::kDeleteRule, response);
+}
+
+}  // namespace pvemu::server
