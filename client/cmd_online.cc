@@ -291,7 +291,8 @@ int RunDomains(const Args& args) {
       FromGrpc((*stub)->ListDomains(&context, v1::ListDomainsRequest(), &response));
   if (!status.ok()) return Fail(status);
   if (!JsonOutput()) {
-    std::printf("%-8s %-11s %-5s %-8s %s\n", "DOMAIN", "STATE", "HW", "OVERLAY", "VCPUS");
+    std::printf("%-8s %-11s %-5s %-8s %-6s %s\n", "DOMAIN", "STATE", "HW", "OVERLAY", "VCPUS",
+                "ATTACHED");
   }
   for (const v1::DomainInfo& d : response.domain()) {
     if (JsonOutput()) {
@@ -302,11 +303,20 @@ int RunDomains(const Args& args) {
           .Bool("hardware_domain", d.hardware_domain())
           .Bool("has_overlay", d.has_overlay())
           .Num("vcpus", d.vcpus())
+          .Str("attached", d.attached())
+          .Num("attached_pid", d.attached_pid())
+          .Num("applied_generation", d.applied_generation())
           .Print();
     } else {
-      std::printf("%-8u %-11s %-5s %-8s %u\n", d.domain(), d.state().c_str(),
+      // An attached data plane: its source, its VMM's pid and the generation
+      // it applies (compare with the daemon's to see it caught up).
+      const std::string attached =
+          d.attached().empty() ? "-"
+                               : absl::StrCat(d.attached(), " pid=", d.attached_pid(),
+                                              " generation=", d.applied_generation());
+      std::printf("%-8u %-11s %-5s %-8s %-6u %s\n", d.domain(), d.state().c_str(),
                   d.hardware_domain() ? "yes" : "no", d.has_overlay() ? "yes" : "no",
-                  d.vcpus());
+                  d.vcpus(), attached.c_str());
     }
   }
   return kExitOk;

@@ -556,6 +556,19 @@ std::vector<DomainSnapshot::Interval> DomainSnapshot::ranges() const {
   return out;
 }
 
+std::vector<DomainSnapshot::NamedSpan> DomainSnapshot::NamedMsrs() const {
+  std::vector<NamedSpan> out;
+  for (const auto& [msr, decision] : index_.Singles()) {
+    if (!entries_[decision].unknown) out.push_back({msr, msr, &entries_[decision]});
+  }
+  for (const MsrIndex::Interval& r : index_.intervals()) {
+    if (!entries_[r.decision].unknown) out.push_back({r.first, r.last, &entries_[r.decision]});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NamedSpan& a, const NamedSpan& b) { return a.first < b.first; });
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<const Snapshot>> Compiler::All(uint64_t generation) {
   auto snap = std::shared_ptr<Snapshot>(new Snapshot);
   snap->generation_ = generation;

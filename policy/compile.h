@@ -127,6 +127,16 @@ class DomainSnapshot {
   };
   // The interval table (built on demand; for tests and tools).
   std::vector<Interval> ranges() const;
+  // Every MSR a rule (or the vPMU-off rule) decides: single MSRs as
+  // one-MSR spans, and the ranges' spans, sorted by first; a single may lie
+  // inside a range. MSRs in none follow unknown_msr. Built on demand, for
+  // the KVM MSR filter (kvm/msr_filter.h).
+  struct NamedSpan {
+    uint32_t first;
+    uint32_t last;
+    const MsrEntry* entry;
+  };
+  std::vector<NamedSpan> NamedMsrs() const;
 
  private:
   friend class Compiler;

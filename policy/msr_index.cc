@@ -88,4 +88,14 @@ uint32_t MsrIndex::Search(const Interval* begin, const Interval* end, uint32_t m
   return fallback_;
 }
 
+std::vector<std::pair<uint32_t, uint32_t>> MsrIndex::Singles() const {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  out.reserve(single_count_);
+  for (const Entry& e : singles_) {
+    if (e.value != 0) out.emplace_back(e.key, e.value - 1);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace pvemu::policy

@@ -52,6 +52,9 @@ class MsrIndex {
   bool HasSingle(uint32_t msr) const { return FindSingle(msr) != 0; }
 
   size_t single_count() const { return single_count_; }
+  // Every single as (msr, decision), sorted by MSR (off the trap path: for
+  // tools such as the KVM filter, which must know every named MSR).
+  std::vector<std::pair<uint32_t, uint32_t>> Singles() const;
   const std::vector<Interval>& intervals() const { return intervals_; }
 
   // The page size the range index works in (MSRs per page, as a shift).

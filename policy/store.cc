@@ -355,6 +355,13 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
                     : absl::StrCat(" (but syncing the restored state file failed: ",
                                    undone.message(), ")")));
   }
+  if (candidate_check_) {
+    absl::Status checked = candidate_check_(**snap);
+    if (!checked.ok()) {
+      if (!state_dir_.empty()) replaced->Undo().IgnoreError();  // the refusal says it all
+      return checked;
+    }
+  }
   // The old state file stays as .prev, the fallback should this one ever be
   // unreadable.
   if (!state_dir_.empty()) replaced->Finish();
@@ -365,6 +372,11 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
     listener_(EditEvent{options.who, method, std::move(layer), next, result.diff});
   }
   return result;
+}
+
+void Store::SetCandidateCheck(CandidateCheck check) {
+  absl::MutexLock lock(&mu_);
+  candidate_check_ = std::move(check);
 }
 
 absl::StatusOr<EditResult> Store::ApplyPolicy(const Policy& policy, const SourceMap& source,

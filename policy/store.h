@@ -137,6 +137,14 @@ class Store {
   // thread. Unset (the default): no event is built at all.
   void SetEditListener(EditListener listener);
 
+  // A check every edit's compiled candidate must also pass, after
+  // validation: a refusal (its status, normally INVALID_ARGUMENT) changes
+  // nothing, on disk or in force. pvemud refuses through it an edit that
+  // an attached KVM data plane could not apply (an MSR filter KVM cannot
+  // express). Called on the editing thread, under the edit lock.
+  using CandidateCheck = std::function<absl::Status(const Snapshot& candidate)>;
+  void SetCandidateCheck(CandidateCheck check);
+
   // Test hook: the next edit fails to compile after it validated (an
   // internal error no policy can cause), so tests can prove such an edit
   // changes nothing, on disk or in force.
@@ -172,6 +180,7 @@ class Store {
   // (unset: render it when needed).
   std::optional<std::string> policy_text_ ABSL_GUARDED_BY(mu_);
   EditListener listener_ ABSL_GUARDED_BY(mu_);
+  CandidateCheck candidate_check_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex snap_mu_;  // held only to swap/copy the pointer
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(snap_mu_);

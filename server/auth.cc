@@ -94,4 +94,10 @@ std::string Authorizer::Describe(const grpc::ServerContext& context) const {
   return absl::StrCat("tls:", context.peer());
 }
 
+pid_t Authorizer::PeerPid(const grpc::ServerContext& context) const {
+  PeerCred cred;
+  if (peers_ != nullptr && peers_->Lookup(context.peer(), &cred)) return cred.pid;
+  return 0;
+}
+
 }  // namespace pvemu::server

@@ -65,6 +65,8 @@ class Authorizer {
   Role RoleOf(const grpc::ServerContext& context) const;
   // "uid=0 gid=0 pid=12" or "tls:ipv4:127.0.0.1:5000" for audit records.
   std::string Describe(const grpc::ServerContext& context) const;
+  // The peer's process, for a Unix-socket peer (0 for TLS peers).
+  pid_t PeerPid(const grpc::ServerContext& context) const;
 
  private:
   const PeerTable* peers_;

@@ -20,6 +20,7 @@
 #include "dispatch/audit.h"
 #include "server/auth.h"
 #include "dispatch/dispatch.h"
+#include "kvm/msr_filter.h"
 #include "server/fault_logging_host.h"
 #include "server/hosts/open_host.h"
 #include "server/hosts/xen/xen_host.h"
@@ -114,6 +115,8 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<PolicyServiceImpl> policy_service_;
   std::unique_ptr<EmulatorServiceImpl> emulator_service_;
   std::unique_ptr<AuditServiceImpl> audit_service_;
+  KvmAttachments kvm_attachments_;
+  std::unique_ptr<KvmServiceImpl> kvm_service_;
   std::unique_ptr<UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads everything above
@@ -207,11 +210,28 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   if (auto* xen = dynamic_cast<XenHost*>(raw_host_); xen != nullptr) live = XenDomains(xen);
   RpcMetrics* rpc_metrics = options.metrics.empty() ? nullptr : &rpc_metrics_;
   policy_service_ =
-      std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics);
+      std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics,
+                                          &kvm_attachments_);
   emulator_service_ = std::make_unique<EmulatorServiceImpl>(
-      *dispatcher_, *auth_, std::string(host_->description()));
+      *dispatcher_, *auth_, std::string(host_->description()), &kvm_attachments_);
+  kvm_service_ = std::make_unique<KvmServiceImpl>(*store_, *auth_, kvm_attachments_, audit_);
   audit_service_ = std::make_unique<AuditServiceImpl>(audit_, *auth_);
   store_->SetEditListener([this](const policy::EditEvent& e) { OnEdit(e); });
+  // An edit an attached KVM data plane could not apply is refused here, with
+  // the rules named, rather than ignored there.
+  store_->SetCandidateCheck([this](const policy::Snapshot& candidate) -> absl::Status {
+    for (const KvmAttachments::Attachment& a : kvm_attachments_.List()) {
+      absl::StatusOr<kvm::MsrFilter> filter =
+          kvm::CompileMsrFilter(candidate.ForDomain(a.domain));
+      if (!filter.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "refused: domain ", a.domain, " runs on KVM (libpvemu-kvm in pid ", a.pid,
+            ") and KVM's MSR filter cannot express the edited policy: ",
+            filter.status().message()));
+      }
+    }
+    return absl::OkStatus();
+  });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -221,6 +241,7 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   builder.RegisterService(policy_service_.get());
   builder.RegisterService(emulator_service_.get());
   builder.RegisterService(audit_service_.get());
+  builder.RegisterService(kvm_service_.get());
   if (rpc_metrics != nullptr) {
     // Every RPC's final status, whichever service and however it ended
     // (refused by auth, a stream cut short): one place, no method forgotten.

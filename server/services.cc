@@ -1,6 +1,7 @@
 #include "server/services.h"
 
 #include <algorithm>
+#include <tuple>
 #include <optional>
 #include <utility>
 
@@ -231,6 +232,18 @@ grpc::Status PolicyServiceImpl::ListDomains(grpc::ServerContext* context,
   }
   absl::flat_hash_map<uint32_t, v1::DomainInfo> by_id;
   for (v1::DomainInfo& d : live) by_id[d.domain()] = std::move(d);
+  if (kvm_ != nullptr) {
+    for (const KvmAttachments::Attachment& a : kvm_->List()) {
+      v1::DomainInfo& d = by_id[a.domain];
+      d.set_domain(a.domain);
+      d.set_live(true);
+      d.set_state("running");
+      d.set_attached("kvm");
+      d.set_attached_pid(a.pid);
+      d.set_vcpus(a.vcpus);
+      d.set_applied_generation(a.generation);
+    }
+  }
   for (const v1::Layer& layer : snap->policy().domain()) {
     v1::DomainInfo& d = by_id[layer.domain()];
     if (d.state().empty()) {
@@ -393,6 +406,14 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
   response->set_unhandled(s.unhandled);
   response->set_device_io(s.device_io);
   response->set_decode_errors(s.decode_errors);
+  if (kvm_ != nullptr) {
+    // Traps the attached KVM data planes decided in their VMMs' processes.
+    const KvmAttachments::Counts k = kvm_->counts();
+    response->set_traps(response->traps() + k.traps);
+    response->set_completed(response->completed() + k.completed);
+    response->set_exceptions(response->exceptions() + k.exceptions);
+    response->set_device_io(response->device_io() + k.device_io);
+  }
   response->set_generation(dispatcher_.store().generation());
   response->set_edits(edits_.load(std::memory_order_relaxed));
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
@@ -428,6 +449,93 @@ grpc::Status AuditServiceImpl::Watch(grpc::ServerContext* context,
   }
   hub_.Unsubscribe(sub);
   return status;
+}
+
+
+// --- KVM data planes ---------------------------------------------------------
+
+uint64_t KvmAttachments::Attach(uint32_t domain, uint32_t pid, uint32_t vcpus) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t key = next_key_++;
+  by_key_[key] = Attachment{domain, pid, vcpus, 0};
+  return key;
+}
+
+void KvmAttachments::Detach(uint64_t key) {
+  absl::MutexLock lock(&mu_);
+  by_key_.erase(key);
+}
+
+void KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
+  absl::MutexLock lock(&mu_);
+  // The batch comes on its own stream: find the subscription of the same
+  // process and domain to show what it applies.
+  for (auto& [key, a] : by_key_) {
+    if (a.pid == pid && a.domain == batch.domain()) {
+      a.vcpus = batch.vcpus();
+      a.generation = batch.generation();
+    }
+  }
+  counts_.traps += batch.traps();
+  counts_.completed += batch.completed();
+  counts_.exceptions += batch.exceptions();
+  counts_.device_io += batch.device_io();
+}
+
+std::vector<KvmAttachments::Attachment> KvmAttachments::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Attachment> out;
+  for (const auto& [key, a] : by_key_) out.push_back(a);
+  std::sort(out.begin(), out.end(), [](const Attachment& x, const Attachment& y) {
+    return std::tie(x.domain, x.pid) < std::tie(y.domain, y.pid);
+  });
+  return out;
+}
+
+KvmAttachments::Counts KvmAttachments::counts() const {
+  absl::MutexLock lock(&mu_);
+  return counts_;
+}
+
+grpc::Status KvmServiceImpl::SubscribePolicy(grpc::ServerContext* context,
+                                             const v1::SubscribePolicyRequest* request,
+                                             grpc::ServerWriter<v1::PolicyUpdate>* writer) {
+  REQUIRE_ROLE(Role::kReader, "reading");
+  const uint64_t key =
+      attachments_.Attach(request->domain(), static_cast<uint32_t>(auth_.PeerPid(*context)),
+                          request->vcpus());
+  uint64_t sent = 0;
+  while (!context->IsCancelled()) {
+    if (store_.generation() != sent) {
+      std::shared_ptr<const policy::Snapshot> snap = store_.Current();
+      v1::PolicyUpdate update;
+      update.set_generation(snap->generation());
+      *update.mutable_policy() = snap->policy();
+      if (!writer->Write(update)) break;
+      sent = snap->generation();
+      continue;
+    }
+    // An edit reaches the data plane within this poll interval plus one
+    // message: well inside the 100 ms a running guest may wait for it.
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  attachments_.Detach(key);
+  return grpc::Status::OK;
+}
+
+grpc::Status KvmServiceImpl::ReportTraps(grpc::ServerContext* context,
+                                         grpc::ServerReader<v1::KvmTrapBatch>* reader,
+                                         v1::KvmReportResponse*) {
+  REQUIRE_ROLE(Role::kEditor, "editing");
+  const uint32_t pid = static_cast<uint32_t>(auth_.PeerPid(*context));
+  v1::KvmTrapBatch batch;
+  while (reader->Read(&batch)) {
+    attachments_.Report(pid, batch);
+    for (const v1::TrapEvent& event : batch.events()) {
+      audit_.PublishTrap(event, event.reason() == "unknown-msr");
+    }
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace pvemu::server

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -27,12 +28,42 @@ using LiveDomainsFn = std::function<absl::StatusOr<std::vector<v1::DomainInfo>>(
 
 grpc::Status ToGrpc(const absl::Status& status);
 
+// The KVM data planes (libpvemu-kvm) following this daemon: which domain
+// each serves in which process, and the traps they report. Thread-safe; off
+// every trap path (a data plane reports in batches).
+class KvmAttachments {
+ public:
+  struct Attachment {
+    uint32_t domain = 0;
+    uint32_t pid = 0;
+    uint32_t vcpus = 0;
+    uint64_t generation = 0;  // the generation the data plane applies
+  };
+  struct Counts {
+    uint64_t traps = 0, completed = 0, exceptions = 0, device_io = 0;
+  };
+  // A policy subscription began; returns its key for Detach.
+  uint64_t Attach(uint32_t domain, uint32_t pid, uint32_t vcpus);
+  void Detach(uint64_t key);
+  // A batch from the data plane of `domain` in process `pid`.
+  void Report(uint32_t pid, const v1::KvmTrapBatch& batch);
+  std::vector<Attachment> List() const;  // by domain, then pid
+  Counts counts() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Attachment> by_key_ ABSL_GUARDED_BY(mu_);
+  Counts counts_ ABSL_GUARDED_BY(mu_);
+};
+
 class PolicyServiceImpl final : public v1::PolicyService::Service {
  public:
   // `metrics` (may be null) counts and times the edits that reach the store.
+  // `kvm` (may be null) adds the attached KVM data planes to ListDomains.
   PolicyServiceImpl(policy::Store& store, const Authorizer& auth, LiveDomainsFn live,
-                    RpcMetrics* metrics = nullptr)
-      : store_(store), auth_(auth), live_(std::move(live)), metrics_(metrics) {}
+                    RpcMetrics* metrics = nullptr, const KvmAttachments* kvm = nullptr)
+      : store_(store), auth_(auth), live_(std::move(live)), metrics_(metrics), kvm_(kvm) {}
 
   grpc::Status GetPolicy(grpc::ServerContext* context, const v1::GetPolicyRequest* request,
                          v1::GetPolicyResponse* response) override;
@@ -66,13 +97,16 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
   const Authorizer& auth_;
   LiveDomainsFn live_;
   RpcMetrics* metrics_;
+  const KvmAttachments* kvm_;
 };
 
 class EmulatorServiceImpl final : public v1::EmulatorService::Service {
  public:
-  EmulatorServiceImpl(dispatch::Dispatcher& dispatcher, const Authorizer& auth, std::string host_name)
+  // `kvm` (may be null): the attached KVM data planes' traps join GetStats.
+  EmulatorServiceImpl(dispatch::Dispatcher& dispatcher, const Authorizer& auth,
+                      std::string host_name, const KvmAttachments* kvm = nullptr)
       : dispatcher_(dispatcher), auth_(auth), host_name_(std::move(host_name)),
-        started_(absl::Now()) {}
+        started_(absl::Now()), kvm_(kvm) {}
 
   grpc::Status Emulate(grpc::ServerContext* context, const v1::Trap* request,
                        v1::Outcome* response) override;
@@ -93,6 +127,7 @@ class EmulatorServiceImpl final : public v1::EmulatorService::Service {
   const Authorizer& auth_;
   const std::string host_name_;
   const absl::Time started_;
+  const KvmAttachments* kvm_;
   std::atomic<uint64_t> edits_{0};
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<dispatch::Dispatcher::Session>> pool_ ABSL_GUARDED_BY(pool_mu_);
@@ -108,6 +143,29 @@ class AuditServiceImpl final : public v1::AuditService::Service {
  private:
   dispatch::AuditHub& hub_;
   const Authorizer& auth_;
+};
+
+// The KVM data plane's control link: the policy stream (reader role) and
+// the trap reports (editor role).
+class KvmServiceImpl final : public v1::KvmService::Service {
+ public:
+  // `audit` receives the reported audit events as trap events.
+  KvmServiceImpl(const policy::Store& store, const Authorizer& auth, KvmAttachments& attachments,
+                 dispatch::AuditHub& audit)
+      : store_(store), auth_(auth), attachments_(attachments), audit_(audit) {}
+
+  grpc::Status SubscribePolicy(grpc::ServerContext* context,
+                               const v1::SubscribePolicyRequest* request,
+                               grpc::ServerWriter<v1::PolicyUpdate>* writer) override;
+  grpc::Status ReportTraps(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::KvmTrapBatch>* reader,
+                           v1::KvmReportResponse* response) override;
+
+ private:
+  const policy::Store& store_;
+  const Authorizer& auth_;
+  KvmAttachments& attachments_;
+  dispatch::AuditHub& audit_;
 };
 
 }  // namespace pvemu::server

@@ -1,0 +1,495 @@
+#include "kvm/data_plane.h"
+
+#include <errno.h>
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/durable_file.h"
+#include "base/status_macros.h"
+#include "emulator/trap.h"
+#include "kvm/subscription.h"
+#include "policy/shipped.h"
+#include "policy/vendor_proto.h"
+#include "server/hosts/open_host.h"
+#include "x86/vendor.h"
+
+namespace pvemu::kvm {
+namespace {
+
+using emulator::Outcome;
+using emulator::OutcomeKind;
+using emulator::Trap;
+
+absl::Status IoctlError(absl::string_view what, int err) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " failed"));
+}
+
+// The layer that sets the domain's guest_vendor explicitly, if any (unset
+// means "the host's vendor": then leaf 0 is left alone).
+pvemu::v1::Vendor ExplicitGuestVendor(const pvemu::v1::Policy& policy, uint32_t domain) {
+  for (const pvemu::v1::Layer& layer : policy.domain()) {
+    if (layer.domain() == domain && layer.guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED) {
+      return layer.guest_vendor();
+    }
+  }
+  return policy.default_().guest_vendor();
+}
+
+// The registers a CPUID decision gives over `base` (the host's or KVM's).
+void ApplyDecision(const policy::CpuidDecision& d, const emulator::CpuidRegs& host,
+                   CpuidLeaf* leaf) {
+  if (d.source == pvemu::v1::CpuidEntry::CONST) {
+    leaf->eax = d.set[0], leaf->ebx = d.set[1], leaf->ecx = d.set[2], leaf->edx = d.set[3];
+    return;
+  }
+  leaf->eax = (host.eax & ~d.clear[0]) | d.set[0];
+  leaf->ebx = (host.ebx & ~d.clear[1]) | d.set[1];
+  leaf->ecx = (host.ecx & ~d.clear[2]) | d.set[2];
+  leaf->edx = (host.edx & ~d.clear[3]) | d.set[3];
+}
+
+// The vendor string of CPUID leaf 0 (EBX, EDX, ECX order).
+std::string VendorString(const CpuidLeaf& leaf0) {
+  char id[12];
+  std::memcpy(id, &leaf0.ebx, 4);
+  std::memcpy(id + 4, &leaf0.edx, 4);
+  std::memcpy(id + 8, &leaf0.ecx, 4);
+  return std::string(id, 12);
+}
+
+// Checks the policy for this domain as KVM will run it: valid, a filter KVM
+// can express, and CPUID consistent with guest_vendor.
+absl::StatusOr<MsrFilter> CheckForKvm(const pvemu::v1::Policy& policy,
+                                      const policy::SourceMap& source, pvemu::v1::Vendor host_vendor,
+                                      uint32_t domain, emulator::Host& host) {
+  ASSIGN_OR_RETURN(std::unique_ptr<const policy::DomainSnapshot> snap,
+                   policy::CompileDomain(policy, source, host_vendor, domain));
+  ASSIGN_OR_RETURN(MsrFilter filter, CompileMsrFilter(*snap));
+  // Leaf 0 alone decides the vendor check; the host's leaf stands in for KVM's.
+  const emulator::CpuidRegs h = host.Cpuid(0, 0);
+  std::vector<CpuidLeaf> leaf0 = {CpuidLeaf{0, 0, 0, h.eax, h.ebx, h.ecx, h.edx}};
+  RETURN_IF_ERROR(GuestCpuid(leaf0, policy, *snap, host).status());
+  return filter;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CpuidLeaf>> GuestCpuid(const std::vector<CpuidLeaf>& supported,
+                                                  const pvemu::v1::Policy& policy,
+                                                  const policy::DomainSnapshot& domain,
+                                                  emulator::Host& host) {
+  std::vector<CpuidLeaf> out = supported;
+  auto find = [&](uint32_t function, uint32_t index) -> CpuidLeaf* {
+    for (CpuidLeaf& l : out) {
+      if (l.function == function &&
+          ((l.flags & KVM_CPUID_FLAG_SIGNIFCANT_INDEX) == 0 || l.index == index)) {
+        return &l;
+      }
+    }
+    return nullptr;
+  };
+  for (CpuidLeaf& leaf : out) {
+    const policy::CpuidDecision* d = domain.Cpuid(leaf.function, leaf.index);
+    if (d != nullptr) ApplyDecision(*d, host.Cpuid(leaf.function, leaf.index), &leaf);
+  }
+  // Leaves the policy sets that KVM does not list (a hypervisor leaf, say).
+  auto add_missing = [&](const pvemu::v1::Layer& layer) {
+    for (const pvemu::v1::CpuidEntry& e : layer.cpuid()) {
+      const uint32_t index = e.has_subleaf() ? e.subleaf() : 0;
+      if (find(e.leaf(), index) != nullptr) continue;
+      const policy::CpuidDecision* d = domain.Cpuid(e.leaf(), index);
+      if (d == nullptr) continue;  // a condition-free layer entry always compiles; be safe
+      CpuidLeaf leaf;
+      leaf.function = e.leaf();
+      leaf.index = index;
+      leaf.flags = e.has_subleaf() ? KVM_CPUID_FLAG_SIGNIFCANT_INDEX : 0;
+      ApplyDecision(*d, host.Cpuid(e.leaf(), index), &leaf);
+      out.push_back(leaf);
+    }
+  };
+  add_missing(policy.default_());
+  for (const pvemu::v1::Layer& layer : policy.domain()) {
+    if (layer.domain() == domain.domain()) add_missing(layer);
+  }
+
+  const pvemu::v1::Vendor vendor = ExplicitGuestVendor(policy, domain.domain());
+  CpuidLeaf* leaf0 = find(0, 0);
+  if (vendor != pvemu::v1::VENDOR_UNSPECIFIED && leaf0 != nullptr) {
+    const std::string want(x86::VendorCpuidString(policy::FromProto(vendor)));
+    const policy::CpuidDecision* d = domain.Cpuid(0, 0);
+    if (d != nullptr && VendorString(*leaf0) != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "domain ", domain.domain(), ": the CPUID rule for leaf 0 at ", d->origin,
+          " gives vendor \"", VendorString(*leaf0), "\" but guest_vendor is ",
+          pvemu::v1::Vendor_Name(vendor), " (\"", want,
+          "\"); drop the rule's EBX/ECX/EDX or make them match: guest_vendor sets leaf 0's "
+          "vendor string"));
+    }
+    std::memcpy(&leaf0->ebx, want.data(), 4);
+    std::memcpy(&leaf0->edx, want.data() + 4, 4);
+    std::memcpy(&leaf0->ecx, want.data() + 8, 4);
+  }
+  return out;
+}
+
+// --- Vcpu ---------------------------------------------------------------------
+
+Vcpu::Vcpu(DataPlane* plane, uint32_t index, size_t run_size)
+    : plane_(plane), index_(index), run_size_(run_size),
+      session_(plane->dispatcher_->NewSession()) {
+  plane_->Register(this);
+}
+
+Vcpu::~Vcpu() { plane_->Unregister(this); }
+
+pvemu_kvm_stats Vcpu::stats() const {
+  pvemu_kvm_stats s{};
+  s.rdmsr = counters_.rdmsr.load(std::memory_order_relaxed);
+  s.wrmsr = counters_.wrmsr.load(std::memory_order_relaxed);
+  s.io = counters_.io.load(std::memory_order_relaxed);
+  s.completed = counters_.completed.load(std::memory_order_relaxed);
+  s.exceptions = counters_.exceptions.load(std::memory_order_relaxed);
+  s.device = counters_.device.load(std::memory_order_relaxed);
+  s.pvemu_ns = static_cast<uint64_t>(
+      static_cast<double>(counters_.ticks.load(std::memory_order_relaxed)) *
+      plane_->NanosPerTick());
+  return s;
+}
+
+// Single-writer counters: a relaxed load and store, no locked instruction.
+static inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+int Vcpu::HandleExit(struct kvm_run* run) {
+  const uint64_t start = __rdtsc();
+  int result;
+  switch (run->exit_reason) {
+    case KVM_EXIT_X86_RDMSR:
+      result = HandleMsr(run, false);
+      break;
+    case KVM_EXIT_X86_WRMSR:
+      result = HandleMsr(run, true);
+      break;
+    case KVM_EXIT_IO:
+      result = HandleIo(run);
+      break;
+    default:
+      return PVEMU_KVM_NOT_MINE;
+  }
+  Bump(counters_.ticks, __rdtsc() - start);
+  return result;
+}
+
+int Vcpu::HandleMsr(struct kvm_run* run, bool write) {
+  Bump(write ? counters_.wrmsr : counters_.rdmsr);
+  // INVAL: KVM knows the MSR and rejects the access (a reserved bit, say);
+  // hardware gives #GP, whatever unknown_msr says.
+  if (run->msr.reason == KVM_MSR_EXIT_REASON_INVAL) {
+    run->msr.error = 1;
+    Bump(counters_.exceptions);
+    return PVEMU_KVM_HANDLED;
+  }
+  // The exit names the MSR and carries the written value, which is all the
+  // instruction reads: build its trap without fetching registers. KVM exits
+  // only for CPL0 accesses (it injects #GP itself at CPL > 0).
+  Trap trap;
+  trap.domain = plane_->domain();
+  trap.vcpu = index_;
+  trap.mode = emulator::Mode::k64;
+  trap.cpl = 0;
+  trap.insn_len = 2;
+  trap.insn[0] = 0x0f;
+  trap.insn[1] = write ? 0x30 : 0x32;
+  trap.regs.gpr[emulator::kRcx] = run->msr.index;
+  if (write) {
+    trap.regs.gpr[emulator::kRax] = run->msr.data & 0xffffffffu;
+    trap.regs.gpr[emulator::kRdx] = run->msr.data >> 32;
+  }
+  const Outcome out = session_->Handle(trap);
+  if (out.kind == OutcomeKind::kCompleted) {
+    run->msr.error = 0;
+    if (!write) {
+      run->msr.data = (out.regs.gpr[emulator::kRdx] << 32) |
+                      (out.regs.gpr[emulator::kRax] & 0xffffffffu);
+    }
+    Bump(counters_.completed);
+  } else {
+    // #GP, or an access the emulator does not take: the guest sees #GP(0),
+    // which KVM injects; RIP stays at the instruction.
+    run->msr.error = 1;
+    Bump(counters_.exceptions);
+  }
+  return PVEMU_KVM_HANDLED;
+}
+
+int Vcpu::HandleIo(struct kvm_run* run) {
+  Bump(counters_.io);
+  const uint8_t size = run->io.size;
+  const uint64_t end = uint64_t{run->io.data_offset} + uint64_t{size} * run->io.count;
+  if ((size != 1 && size != 2 && size != 4) || run->io.data_offset < sizeof(struct kvm_run) ||
+      end > run_size_) {
+    return -EINVAL;
+  }
+  uint8_t* data = reinterpret_cast<uint8_t*>(run) + run->io.data_offset;
+  const bool out_dir = run->io.direction == KVM_EXIT_IO_OUT;
+  // IN/OUT with the port in DX: the one encoding for every port and width
+  // (0x66 makes the 16-bit form).
+  Trap trap;
+  trap.domain = plane_->domain();
+  trap.vcpu = index_;
+  trap.mode = emulator::Mode::k64;
+  trap.cpl = 0;
+  uint8_t n = 0;
+  if (size == 2) trap.insn[n++] = 0x66;
+  trap.insn[n++] = static_cast<uint8_t>((out_dir ? 0xee : 0xec) | (size == 1 ? 0 : 1));
+  trap.insn_len = n;
+  trap.regs.gpr[emulator::kRdx] = run->io.port;
+  // A string instruction (count > 1) is decided element by element, as the
+  // CPU performs it.
+  for (uint32_t i = 0; i < run->io.count; ++i) {
+    uint8_t* element = data + size_t{i} * size;
+    if (out_dir) {
+      uint32_t value = 0;
+      std::memcpy(&value, element, size);
+      trap.regs.gpr[emulator::kRax] = value;
+    }
+    const Outcome out = session_->Handle(trap);
+    if (out.kind == OutcomeKind::kDeviceIo) {
+      // Inside the domain's io_port ranges with no device the host models:
+      // the VMM's device model takes the whole access.
+      Bump(counters_.device);
+      return PVEMU_KVM_DEVICE;
+    }
+    if (out.kind != OutcomeKind::kCompleted) {
+      // Unreachable at CPL0 (the IOPL check passes); answered as a floating
+      // bus, never left half done.
+      if (!out_dir) std::memset(element, 0xff, size);
+      continue;
+    }
+    if (!out_dir) {
+      const uint32_t value = static_cast<uint32_t>(out.regs.gpr[emulator::kRax]);
+      std::memcpy(element, &value, size);
+    }
+  }
+  Bump(counters_.completed);
+  return PVEMU_KVM_HANDLED;
+}
+
+// --- DataPlane ------------------------------------------------------------------
+
+DataPlane::DataPlane(const DataPlaneOptions& options)
+    : options_(options), tsc_at_open_(__rdtsc()), time_at_open_(absl::Now()) {}
+
+DataPlane::~DataPlane() {
+  subscription_.reset();  // stops the thread that calls Apply
+}
+
+double DataPlane::NanosPerTick() const {
+  const uint64_t ticks = __rdtsc() - tsc_at_open_;
+  const double ns = absl::ToDoubleNanoseconds(absl::Now() - time_at_open_);
+  return ticks == 0 ? 0.0 : ns / static_cast<double>(ticks);
+}
+
+absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOptions& options) {
+  if (options.policy.empty() == options.server.empty()) {
+    return absl::InvalidArgumentError(
+        "give exactly one of a policy (a file or a shipped policy's name) and a server "
+        "(pvemud's socket)");
+  }
+  std::unique_ptr<DataPlane> plane(new DataPlane(options));
+  server::HostOptions host_options;
+  host_options.profile = options.host_profile;
+  if (options.host != "sim" && !options.host_profile.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a host profile is for the sim host; host is \"", options.host, "\""));
+  }
+  if (options.host == "xen") {
+    return absl::InvalidArgumentError("the KVM data plane runs on host \"sim\" or \"linux\"");
+  }
+  ASSIGN_OR_RETURN(plane->host_, server::OpenHost(options.host, host_options));
+  const pvemu::v1::Vendor vendor = plane->host_->vendor();
+
+  if (!options.policy.empty()) {
+    ASSIGN_OR_RETURN(policy::LoadedPolicy loaded, policy::LoadPolicyByNameOrFile(options.policy));
+    ASSIGN_OR_RETURN(plane->filter_, CheckForKvm(loaded.policy, loaded.source, vendor,
+                                                 options.domain, *plane->host_));
+    ASSIGN_OR_RETURN(plane->store_,
+                     policy::Store::FromPolicy(loaded.policy, loaded.source, vendor));
+    plane->generation_.store(plane->store_->generation(), std::memory_order_release);
+  } else {
+    // The first generation arrives before Start returns; later ones call
+    // Apply from the subscription's thread.
+    ASSIGN_OR_RETURN(SubscribedPolicy first,
+                     PolicySubscription::FetchFirst(options.server, options.domain,
+                                                    options.connect_timeout));
+    ASSIGN_OR_RETURN(plane->filter_, CheckForKvm(first.policy, first.source, vendor,
+                                                 options.domain, *plane->host_));
+    ASSIGN_OR_RETURN(plane->store_, policy::Store::FromPolicy(first.policy, first.source, vendor));
+    plane->generation_.store(first.generation, std::memory_order_release);
+  }
+  plane->dispatcher_ = std::make_unique<dispatch::Dispatcher>(
+      *plane->store_, *plane->host_, nullptr, dispatch::DispatchOptions{});
+  if (!options.server.empty()) {
+    // Audited traps travel to the daemon's watchers; standalone, nobody
+    // watches and the trap path keeps its observer-free branch.
+    plane->audit_ring_ = std::make_unique<AuditRing>();
+    RETURN_IF_ERROR(plane->dispatcher_->AddObserver(plane->audit_ring_.get()));
+    plane->audit_ring_->Activate();
+    plane->subscription_ = PolicySubscription::Start(plane.get(), options.server, options.domain);
+  }
+  return plane;
+}
+
+absl::Status DataPlane::InstallFilter(const MsrFilter& filter) {
+  if (vm_fd_ < 0) return absl::OkStatus();  // installed by SetupVm
+  struct kvm_msr_filter kf;
+  std::memset(&kf, 0, sizeof kf);
+  kf.flags = KVM_MSR_FILTER_DEFAULT_ALLOW;
+  static_assert(kMaxFilterRanges == KVM_MSR_FILTER_MAX_RANGES);
+  for (size_t i = 0; i < filter.ranges.size(); ++i) {
+    const FilterRange& r = filter.ranges[i];
+    kf.ranges[i].flags = KVM_MSR_FILTER_READ | KVM_MSR_FILTER_WRITE;
+    kf.ranges[i].nmsrs = r.nmsrs;
+    kf.ranges[i].base = r.base;
+    // KVM copies the bitmap during the ioctl; it never writes it.
+    kf.ranges[i].bitmap = const_cast<uint8_t*>(r.bitmap.data());
+  }
+  if (ioctl(vm_fd_, KVM_X86_SET_MSR_FILTER, &kf) != 0) {
+    return IoctlError(absl::StrCat("KVM_X86_SET_MSR_FILTER (", filter.ranges.size(), " ranges)"),
+                      errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataPlane::SetupVm(int vm_fd) {
+  absl::MutexLock lock(&mu_);
+  if (vm_fd_ >= 0) return absl::FailedPreconditionError("the VM is already set up");
+  if (ioctl(vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_X86_USER_SPACE_MSR) <= 0 ||
+      ioctl(vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_X86_MSR_FILTER) <= 0) {
+    return absl::UnimplementedError(
+        "this KVM has no user-space MSR exits (KVM_CAP_X86_USER_SPACE_MSR and "
+        "KVM_CAP_X86_MSR_FILTER, Linux 5.10 or later)");
+  }
+  struct kvm_enable_cap cap;
+  std::memset(&cap, 0, sizeof cap);
+  cap.cap = KVM_CAP_X86_USER_SPACE_MSR;
+  cap.args[0] = KVM_MSR_EXIT_REASON_FILTER | KVM_MSR_EXIT_REASON_UNKNOWN |
+                KVM_MSR_EXIT_REASON_INVAL;
+  if (ioctl(vm_fd, KVM_ENABLE_CAP, &cap) != 0) {
+    return IoctlError("KVM_ENABLE_CAP(KVM_CAP_X86_USER_SPACE_MSR)", errno);
+  }
+  vm_fd_ = vm_fd;
+  absl::Status status = InstallFilter(filter_);
+  if (!status.ok()) vm_fd_ = -1;
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_fd,
+                                                          uint32_t index) {
+  const int run_size = ioctl(kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
+  if (run_size < static_cast<int>(sizeof(struct kvm_run))) {
+    return IoctlError("KVM_GET_VCPU_MMAP_SIZE on the /dev/kvm descriptor", errno);
+  }
+  // KVM's supported leaves: retry with a larger table while it says E2BIG.
+  std::vector<CpuidLeaf> supported;
+  for (uint32_t nent = 128; supported.empty(); nent *= 2) {
+    std::vector<uint8_t> buf(sizeof(struct kvm_cpuid2) + nent * sizeof(struct kvm_cpuid_entry2));
+    auto* c = reinterpret_cast<struct kvm_cpuid2*>(buf.data());
+    c->nent = nent;
+    if (ioctl(kvm_fd, KVM_GET_SUPPORTED_CPUID, c) != 0) {
+      if (errno == E2BIG && nent < 4096) continue;
+      return IoctlError("KVM_GET_SUPPORTED_CPUID", errno);
+    }
+    for (uint32_t i = 0; i < c->nent; ++i) {
+      const kvm_cpuid_entry2& e = c->entries[i];
+      supported.push_back({e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx});
+    }
+    if (supported.empty()) return absl::InternalError("KVM_GET_SUPPORTED_CPUID listed no leaf");
+  }
+  const std::shared_ptr<const policy::Snapshot> snap = store_->Current();
+  ASSIGN_OR_RETURN(std::vector<CpuidLeaf> leaves,
+                   GuestCpuid(supported, snap->policy(), snap->ForDomain(options_.domain),
+                              *host_));
+  std::vector<uint8_t> buf(sizeof(struct kvm_cpuid2) +
+                           leaves.size() * sizeof(struct kvm_cpuid_entry2));
+  auto* c = reinterpret_cast<struct kvm_cpuid2*>(buf.data());
+  c->nent = static_cast<uint32_t>(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const CpuidLeaf& l = leaves[i];
+    kvm_cpuid_entry2& e = c->entries[i];
+    e.function = l.function, e.index = l.index, e.flags = l.flags;
+    e.eax = l.eax, e.ebx = l.ebx, e.ecx = l.ecx, e.edx = l.edx;
+  }
+  if (ioctl(vcpu_fd, KVM_SET_CPUID2, c) != 0) {
+    return IoctlError(absl::StrCat("KVM_SET_CPUID2 on vCPU ", index,
+                                   " (KVM refuses CPUID changes after the first KVM_RUN)"),
+                      errno);
+  }
+  return NewVcpu(index, static_cast<size_t>(run_size));
+}
+
+std::unique_ptr<Vcpu> DataPlane::NewVcpu(uint32_t index, size_t run_size) {
+  return std::unique_ptr<Vcpu>(new Vcpu(this, index, run_size));
+}
+
+absl::Status DataPlane::Apply(const pvemu::v1::Policy& policy, const policy::SourceMap& source,
+                              uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(MsrFilter filter,
+                   CheckForKvm(policy, source, host_->vendor(), options_.domain, *host_));
+  // The policy swaps first, then the filter (only when the exiting set
+  // changed). In between, an MSR only the old policy names may still exit
+  // and follows the new policy's unknown_msr, and one only the new policy
+  // names stays a moment longer with KVM: every answer is one generation's.
+  const bool changed = !filter.SameExits(filter_);
+  RETURN_IF_ERROR(store_->ApplyPolicy(policy, source, policy::EditOptions{}).status());
+  if (changed) RETURN_IF_ERROR(InstallFilter(filter));
+  filter_ = std::move(filter);
+  generation_.store(generation, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void DataPlane::Register(Vcpu* vcpu) {
+  absl::MutexLock lock(&vcpus_mu_);
+  vcpus_.push_back(vcpu);
+}
+
+static void Add(const pvemu_kvm_stats& s, pvemu_kvm_stats* sum) {
+  sum->rdmsr += s.rdmsr;
+  sum->wrmsr += s.wrmsr;
+  sum->io += s.io;
+  sum->completed += s.completed;
+  sum->exceptions += s.exceptions;
+  sum->device += s.device;
+  sum->pvemu_ns += s.pvemu_ns;
+}
+
+void DataPlane::Unregister(Vcpu* vcpu) {
+  absl::MutexLock lock(&vcpus_mu_);
+  Add(vcpu->stats(), &closed_);
+  vcpus_.erase(std::find(vcpus_.begin(), vcpus_.end(), vcpu));
+}
+
+DataPlane::Totals DataPlane::totals() const {
+  absl::MutexLock lock(&vcpus_mu_);
+  Totals t;
+  t.vcpus = static_cast<uint32_t>(vcpus_.size());
+  t.stats = closed_;
+  for (const Vcpu* v : vcpus_) Add(v->stats(), &t.stats);
+  return t;
+}
+
+MsrFilter DataPlane::filter() const {
+  absl::MutexLock lock(&mu_);
+  return filter_;
+}
+
+}  // namespace pvemu::kvm

@@ -1,0 +1,186 @@
+// The C ABI (kvm/pvemu_kvm.h) over kvm::DataPlane: argument checks, errno
+// results, a per-thread error message, and a wall that stops every C++
+// exception (a VMM in C or Rust cannot unwind through us).
+#include "kvm/pvemu_kvm.h"
+
+#include <errno.h>
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "absl/status/status.h"
+#include "kvm/data_plane.h"
+
+struct pvemu_kvm {
+  std::unique_ptr<pvemu::kvm::DataPlane> plane;
+};
+
+struct pvemu_kvm_vcpu {
+  std::unique_ptr<pvemu::kvm::Vcpu> vcpu;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int Fail(int err, std::string message) {
+  last_error = std::move(message);
+  return -err;
+}
+
+// The errno closest to an absl::Status code (absl::ErrnoToStatus's inverse
+// for the codes our errors use).
+int ErrnoOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument: return EINVAL;
+    case absl::StatusCode::kNotFound: return ENOENT;
+    case absl::StatusCode::kPermissionDenied: return EACCES;
+    case absl::StatusCode::kUnimplemented: return EOPNOTSUPP;
+    case absl::StatusCode::kDeadlineExceeded: return ETIMEDOUT;
+    case absl::StatusCode::kUnavailable: return ECONNREFUSED;
+    case absl::StatusCode::kResourceExhausted: return ENOMEM;
+    case absl::StatusCode::kAlreadyExists: return EEXIST;
+    case absl::StatusCode::kFailedPrecondition: return EBUSY;
+    case absl::StatusCode::kOutOfRange: return ERANGE;
+    default: return EIO;
+  }
+}
+
+int Fail(const absl::Status& status) { return Fail(ErrnoOf(status), std::string(status.message())); }
+
+// Runs `body` behind the exception wall.
+template <typename Body>
+int Guard(const char* function, Body body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(ENOMEM, std::string(function) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Fail(EIO, std::string(function) + ": internal error: " + e.what());
+  } catch (...) {
+    return Fail(EIO, std::string(function) + ": internal error");
+  }
+}
+
+const char* OrEmpty(const char* s) { return s == nullptr ? "" : s; }
+
+}  // namespace
+
+extern "C" {
+
+int pvemu_kvm_open(const struct pvemu_kvm_options* options, pvemu_kvm** out) {
+  return Guard("pvemu_kvm_open", [&]() -> int {
+    if (options == nullptr || out == nullptr) {
+      return Fail(EINVAL, "pvemu_kvm_open: options and out must not be NULL");
+    }
+    *out = nullptr;
+    // Accept the struct as small as its first version; a larger one from a
+    // newer header is fine as long as we read only what we know.
+    constexpr uint32_t kFirstSize = offsetof(pvemu_kvm_options, host_profile) + sizeof(char*);
+    if (options->size < kFirstSize) {
+      return Fail(EINVAL, "pvemu_kvm_open: options->size is " + std::to_string(options->size) +
+                              "; set it to sizeof(struct pvemu_kvm_options)");
+    }
+    pvemu::kvm::DataPlaneOptions o;
+    o.domain = options->domain;
+    o.policy = OrEmpty(options->policy);
+    o.server = OrEmpty(options->server);
+    if (options->connect_timeout_ms != 0) {
+      o.connect_timeout = absl::Milliseconds(options->connect_timeout_ms);
+    }
+    if (options->host != nullptr && *options->host != 0) o.host = options->host;
+    o.host_profile = OrEmpty(options->host_profile);
+    absl::StatusOr<std::unique_ptr<pvemu::kvm::DataPlane>> plane =
+        pvemu::kvm::DataPlane::Open(o);
+    if (!plane.ok()) return Fail(plane.status());
+    *out = new pvemu_kvm{std::move(*plane)};
+    return 0;
+  });
+}
+
+void pvemu_kvm_close(pvemu_kvm* kvm) {
+  Guard("pvemu_kvm_close", [&] {
+    delete kvm;
+    return 0;
+  });
+}
+
+int pvemu_kvm_setup_vm(pvemu_kvm* kvm, int vm_fd) {
+  return Guard("pvemu_kvm_setup_vm", [&]() -> int {
+    if (kvm == nullptr || vm_fd < 0) {
+      return Fail(EINVAL, "pvemu_kvm_setup_vm: needs a handle and the KVM_CREATE_VM descriptor");
+    }
+    absl::Status status = kvm->plane->SetupVm(vm_fd);
+    return status.ok() ? 0 : Fail(status);
+  });
+}
+
+int pvemu_kvm_vcpu_open(pvemu_kvm* kvm, int kvm_fd, int vcpu_fd, uint32_t index,
+                        pvemu_kvm_vcpu** out) {
+  return Guard("pvemu_kvm_vcpu_open", [&]() -> int {
+    if (kvm == nullptr || out == nullptr || kvm_fd < 0 || vcpu_fd < 0) {
+      return Fail(EINVAL,
+                  "pvemu_kvm_vcpu_open: needs a handle, the /dev/kvm and KVM_CREATE_VCPU "
+                  "descriptors, and out");
+    }
+    *out = nullptr;
+    absl::StatusOr<std::unique_ptr<pvemu::kvm::Vcpu>> vcpu =
+        kvm->plane->OpenVcpu(kvm_fd, vcpu_fd, index);
+    if (!vcpu.ok()) return Fail(vcpu.status());
+    *out = new pvemu_kvm_vcpu{std::move(*vcpu)};
+    return 0;
+  });
+}
+
+void pvemu_kvm_vcpu_close(pvemu_kvm_vcpu* vcpu) {
+  Guard("pvemu_kvm_vcpu_close", [&] {
+    delete vcpu;
+    return 0;
+  });
+}
+
+int pvemu_kvm_handle_exit(pvemu_kvm_vcpu* vcpu, struct kvm_run* run) {
+  // The exit path: no Guard (nothing below throws: the trap path allocates
+  // nothing), and the error text is set only on the rare failure.
+  if (vcpu == nullptr || run == nullptr) {
+    return Fail(EINVAL, "pvemu_kvm_handle_exit: needs a vCPU and its kvm_run");
+  }
+  const int result = vcpu->vcpu->HandleExit(run);
+  if (result < 0) {
+    return Fail(-result,
+                "pvemu_kvm_handle_exit: malformed KVM_EXIT_IO (size not 1, 2 or 4, or data "
+                "outside the kvm_run mapping)");
+  }
+  return result;
+}
+
+void pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu* vcpu, struct pvemu_kvm_stats* out) {
+  if (out == nullptr) return;
+  *out = pvemu_kvm_stats{};
+  if (vcpu != nullptr) *out = vcpu->vcpu->stats();
+}
+
+uint64_t pvemu_kvm_generation(const pvemu_kvm* kvm) {
+  return kvm == nullptr ? 0 : kvm->plane->generation();
+}
+
+int pvemu_kvm_filter_text(const pvemu_kvm* kvm, char* buf, size_t len) {
+  return Guard("pvemu_kvm_filter_text", [&]() -> int {
+    if (kvm == nullptr || (buf == nullptr && len != 0)) {
+      return Fail(EINVAL, "pvemu_kvm_filter_text: needs a handle, and a buffer when len > 0");
+    }
+    const std::string text = pvemu::kvm::FilterToText(kvm->plane->filter());
+    if (len > 0) {
+      const size_t n = std::min(len - 1, text.size());
+      std::memcpy(buf, text.data(), n);
+      buf[n] = 0;
+    }
+    return static_cast<int>(text.size());
+  });
+}
+
+const char* pvemu_kvm_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"
