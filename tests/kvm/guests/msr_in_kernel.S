@@ -25,13 +25,14 @@ main:
         shl $32, %rdx
         mov %eax, %eax
         or %rdx, %rax
+        mov %rax, %r13           # the last TSC read (printing clobbers %rax)
 
         call put_prefix
         PRINT "read 0x10 and 0x1b "
         mov $LOOPS, %eax
         call put_dec
         PRINT " times, tsc advanced "
-        cmp %r12, %rax
+        cmp %r12, %r13
         ja 2f
         PRINT "no\n"
         jmp 3f
