@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -57,6 +58,13 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view source_nam
 }
 
 absl::Status OpenForReading(const std::string& path, std::ifstream* in) {
+  // A directory opens, then reads as empty: an empty policy is valid, so
+  // reading one would silently stand for "no rules at all".
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory; give a file's path"));
+  }
   in->open(path, std::ios::binary);
   if (*in) return absl::OkStatus();
   int err = errno;

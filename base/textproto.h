@@ -27,7 +27,7 @@ absl::Status ParseTextProtoFile(const std::string& path,
                                 google::protobuf::TextFormat::ParseInfoTree* info = nullptr);
 
 // Opens `path` for binary reading. NotFound / PermissionDenied / Unavailable
-// name the file and give the errno text.
+// name the file and give the errno text; a directory is InvalidArgument.
 absl::Status OpenForReading(const std::string& path, std::ifstream* in);
 
 // Reads a whole file. Errors name the file and the reason (errno text).

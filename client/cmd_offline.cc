@@ -11,23 +11,29 @@
 #include "client/commands.h"
 #include "client/flags.h"
 #include "client/hex.h"
+#include "client/kvm_policy.h"
 #include "client/offline.h"
 #include "emulator/decoder.h"
 #include "emulator/trap_convert.h"
+#include "kvm/msr_filter.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
-#include "policy/vendor_proto.h"
 #include "x86/msr_catalog.h"
 #include "policy/explain.h"
 #include "policy/loader.h"
-#include "x86/vendor.h"
 #include "base/status_macros.h"
 #include "pvemu/v1/service.grpc.pb.h"
 
 namespace pvemu::client {
 namespace {
 
-void PrintExplanation(const v1::ExplainResponse& e) {
+// explain --kvm: whether the MSR exits to pvemu on KVM (kvm::ExplainKvm).
+struct KvmNote {
+  bool exits = false;
+  std::string sentence;
+};
+
+void PrintExplanation(const v1::ExplainResponse& e, const std::optional<KvmNote>& kvm) {
   if (JsonOutput()) {
     JsonLine rule;
     rule.Str("layer", e.layer()).Str("source", e.source());
@@ -43,6 +49,11 @@ void PrintExplanation(const v1::ExplainResponse& e) {
     if (e.has_value()) line.Hex("value", e.value());
     line.Obj("rule", rule);
     if (!e.detail().empty()) line.Str("detail", e.detail());
+    if (kvm.has_value()) {
+      JsonLine note;
+      note.Bool("exits", kvm->exits).Str("detail", kvm->sentence);
+      line.Obj("kvm", note);
+    }
     line.Print();
     return;
   }
@@ -56,6 +67,45 @@ void PrintExplanation(const v1::ExplainResponse& e) {
               e.has_value() ? absl::StrCat(" value ", HexString(e.value())).c_str() : "",
               e.layer().c_str(), e.source().empty() ? "" : absl::StrCat(" rule at ", e.source()).c_str(),
               e.detail().empty() ? "" : absl::StrCat("\n  ", e.detail()).c_str());
+  if (kvm.has_value()) std::printf("  kvm: %s\n", kvm->sentence.c_str());
+}
+
+absl::StatusOr<KvmNote> ExplainOnKvm(const policy::Snapshot& snapshot, uint32_t domain,
+                                     uint32_t msr) {
+  ASSIGN_OR_RETURN(kvm::MsrFilter filter, KvmFilterFor(snapshot, domain));
+  return KvmNote{filter.Exits(msr), kvm::ExplainKvm(filter, snapshot.ForDomain(domain), msr)};
+}
+
+// The daemon's answer (the Explain RPC) with, for --kvm, the KVM note from
+// the same generation of its policy (an edit between the two calls is
+// retried, so the two halves never describe different policies).
+absl::Status ExplainOnline(const v1::ExplainRequest& request, bool with_kvm) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
+  auto stub = v1::PolicyService::NewStub(channel);
+  constexpr int kAttempts = 3;
+  uint64_t explained = 0;
+  uint64_t compiled = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    v1::ExplainResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    RETURN_IF_ERROR(FromGrpc(stub->Explain(&context, request, &response)));
+    if (!with_kvm) {
+      PrintExplanation(response, std::nullopt);
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const policy::Snapshot> snapshot, DaemonSnapshot());
+    explained = response.generation();
+    compiled = snapshot->generation();
+    if (explained != compiled) continue;
+    ASSIGN_OR_RETURN(KvmNote note, ExplainOnKvm(*snapshot, request.domain(), response.msr()));
+    PrintExplanation(response, note);
+    return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrCat(
+      "explain --kvm: the daemon's policy kept changing while it was read (generation ",
+      explained, " explained, ", compiled, " read for KVM, ", kAttempts,
+      " times); run the command again"));
 }
 
 absl::Status Explain() {
@@ -84,11 +134,9 @@ absl::Status Explain() {
   if (std::string w = absl::GetFlag(FLAGS_write); !w.empty()) {
     ASSIGN_OR_RETURN(write, ParseNumber(w, "--write"));
   }
-  v1::ExplainResponse response;
+  const bool with_kvm = absl::GetFlag(FLAGS_kvm);
   if (!absl::GetFlag(FLAGS_server).empty()) {
     // The daemon's live policy.
-    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
-    auto stub = v1::PolicyService::NewStub(channel);
     v1::ExplainRequest request;
     request.set_domain(domain);
     if (port.has_value()) {
@@ -98,28 +146,22 @@ absl::Status Explain() {
       request.set_msr(msr_flag);
     }
     if (write.has_value()) request.set_write_value(*write);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    RETURN_IF_ERROR(FromGrpc(stub->Explain(&context, request, &response)));
-    PrintExplanation(response);
-    return absl::OkStatus();
+    return ExplainOnline(request, with_kvm);
   }
-  v1::Vendor vendor;
-  if (std::string v = absl::GetFlag(FLAGS_host_vendor); !v.empty()) {
-    ASSIGN_OR_RETURN(x86::Vendor parsed, x86::ParseVendor(v));
-    vendor = policy::ToProto(parsed);
-  } else {
-    ASSIGN_OR_RETURN(auto host, HostFromFlags());
-    vendor = host->vendor();
-  }
+  ASSIGN_OR_RETURN(v1::Vendor vendor, HostVendorFromFlags());
   ASSIGN_OR_RETURN(auto store, StoreFromFlags(vendor));
   std::shared_ptr<const policy::Snapshot> snapshot = store->Current();
   const policy::Explanation explanation =
       port.has_value()
           ? policy::ExplainPort(*snapshot, domain, *port, static_cast<uint8_t>(width), write)
           : policy::ExplainMsr(*snapshot, domain, msr, write);
+  v1::ExplainResponse response;
   policy::ExplanationToProto(explanation, *snapshot, &response);
-  PrintExplanation(response);
+  std::optional<KvmNote> note;
+  if (with_kvm) {
+    ASSIGN_OR_RETURN(note, ExplainOnKvm(*snapshot, domain, msr));
+  }
+  PrintExplanation(response, note);
   return absl::OkStatus();
 }
 
@@ -251,6 +293,18 @@ int RunExplain(const Args& args) {
   if (absl::GetFlag(FLAGS_domain).empty() ||
       absl::GetFlag(FLAGS_msr).empty() == absl::GetFlag(FLAGS_port).empty()) {
     return UsageError("explain needs --domain=N and one of --msr=MSR or --port=P");
+  }
+  if (absl::GetFlag(FLAGS_kvm)) {
+    if (!absl::GetFlag(FLAGS_port).empty()) {
+      // KVM has no port filter: every IN and OUT a guest makes exits to the
+      // VMM (KVM_EXIT_IO), so there is nothing KVM-specific to say.
+      return UsageError(
+          "explain --kvm is for MSRs: on KVM every port access exits to the VMM, which "
+          "decides it as explain --port says; drop --kvm or use --msr");
+    }
+    if (std::string conflict = ServerFlagConflict("explain --kvm"); !conflict.empty()) {
+      return UsageError(conflict);
+    }
   }
   absl::Status status = Explain();
   return status.ok() ? kExitOk : Fail(status);

@@ -15,6 +15,7 @@ int RunImport(const Args& args);
 int RunReplay(const Args& args);    // --server: through the daemon
 int RunSuggest(const Args& args);
 int RunMsr(const Args& args);       // search TEXT: the MSR catalog
+int RunKvmFilter(const Args& args); // --server: the daemon's live policy (client/cmd_kvm.cc)
 
 // Online.
 int RunPolicy(const Args& args);    // get | apply | set-rule | delete-rule | diff

@@ -25,6 +25,8 @@ ABSL_FLAG(std::string, cpl, "0", "guest CPL, 0..3");
 ABSL_FLAG(std::string, msr, "", "MSR: catalog name or number");
 ABSL_FLAG(std::string, port, "", "explain: an I/O port (0..0xffff) instead of --msr");
 ABSL_FLAG(uint32_t, width, 1, "explain --port: the access width in bytes (1, 2 or 4)");
+ABSL_FLAG(bool, kvm, false,
+          "explain --msr: also say whether the MSR exits to pvemu on KVM or stays with KVM");
 ABSL_FLAG(std::string, range, "", "MSR range FIRST-LAST (names or numbers)");
 ABSL_FLAG(std::string, write, "",
           "explain: the value written; set-rule: the write action "

@@ -23,6 +23,7 @@ ABSL_DECLARE_FLAG(std::string, cpl);
 ABSL_DECLARE_FLAG(std::string, msr);
 ABSL_DECLARE_FLAG(std::string, port);
 ABSL_DECLARE_FLAG(uint32_t, width);
+ABSL_DECLARE_FLAG(bool, kvm);
 ABSL_DECLARE_FLAG(std::string, range);
 ABSL_DECLARE_FLAG(std::string, write);
 ABSL_DECLARE_FLAG(std::string, read);

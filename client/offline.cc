@@ -3,14 +3,25 @@
 #include "absl/flags/flag.h"
 #include "client/flags.h"
 #include "policy/shipped.h"
+#include "policy/vendor_proto.h"
 #include "server/hosts/open_host.h"
 #include "base/status_macros.h"
+#include "x86/vendor.h"
 
 namespace pvemu::client {
 
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
   ASSIGN_OR_RETURN(auto host, server::OpenSimHost(absl::GetFlag(FLAGS_host_profile)));
   return std::unique_ptr<emulator::Host>(std::move(host));
+}
+
+absl::StatusOr<v1::Vendor> HostVendorFromFlags() {
+  if (std::string v = absl::GetFlag(FLAGS_host_vendor); !v.empty()) {
+    ASSIGN_OR_RETURN(x86::Vendor parsed, x86::ParseVendor(v));
+    return policy::ToProto(parsed);
+  }
+  ASSIGN_OR_RETURN(auto host, HostFromFlags());
+  return host->vendor();
 }
 
 absl::StatusOr<std::unique_ptr<policy::Store>> StoreFromFlags(v1::Vendor vendor) {

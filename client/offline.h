@@ -23,8 +23,12 @@ struct Offline {
 // file's path, as pvemud takes it (server::OpenSimHost).
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags();
 
+// The host vendor a policy is compiled for offline (explain, kvm-filter):
+// --host-vendor, else the vendor of --host-profile's host.
+absl::StatusOr<v1::Vendor> HostVendorFromFlags();
+
 // --policy: a file, or a shipped policy name (default, xen-pre-4.15,
-// kvm-ignore-msrs); "" is the shipped default. Compiled for `vendor`.
+// kvm-ignore-msrs, kvm); "" is the shipped default. Compiled for `vendor`.
 absl::StatusOr<std::unique_ptr<policy::Store>> StoreFromFlags(v1::Vendor vendor);
 
 absl::StatusOr<Offline> OfflineFromFlags();

@@ -26,7 +26,9 @@ Offline commands (no daemon needed):
   decode [--mode=64|32|16|real] HEX... | -     decode instruction bytes (stdin: one per line)
   validate FILE...                             check policy files
   explain [--policy=FILE | --server=ADDR] [--host-profile=PROFILE | --host-vendor=V]
-          --domain=N --msr=MSR [--write=VALUE] what the policy does with an access
+          --domain=N --msr=MSR [--write=VALUE] [--kvm]
+                                               what the policy does with an access
+                                               (--kvm: and whether it exits on KVM)
   emulate [--policy=FILE] [--host-profile=PROFILE] --domain=N [--vcpu=N] [--mode=64] [--cpl=0]
           --bytes=HEX [--rax=V --rcx=V --rdx=V ... --rip=V]   one trap, end to end
   import [--from=auto|kvm-dmesg|xen-console|ftrace] --out=FILE LOG...
@@ -34,6 +36,10 @@ Offline commands (no daemon needed):
   suggest LOG...                               draft a domain policy from a capture
   msr search TEXT                              MSRs by name fragment (any alias) or
                                                index, with the default policy's decisions
+  kvm-filter --domain=N [--policy=FILE|NAME | --server=ADDR]
+             [--host-profile=PROFILE | --host-vendor=V]
+                                               the KVM MSR filter the domain's policy
+                                               compiles to: the MSRs that exit to pvemu
 
 Online commands (talk to pvemud, --server=ADDR, default $PVEMU_SERVER or
 unix:///run/pvemu/pvemu.sock):
@@ -61,7 +67,7 @@ constexpr CommandEntry kCommands[] = {
     {"emulate", RunEmulate}, {"import", RunImport},     {"replay", RunReplay},
     {"suggest", RunSuggest}, {"msr", RunMsr},           {"policy", RunPolicy},
     {"domains", RunDomains}, {"stats", RunStats},       {"watch", RunWatch},
-    {"top", RunTop},
+    {"top", RunTop},         {"kvm-filter", RunKvmFilter},
 };
 
 // Sets one flag; returns a usage message on failure, "" on success.

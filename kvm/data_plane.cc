@@ -27,6 +27,36 @@ using emulator::Outcome;
 using emulator::OutcomeKind;
 using emulator::Trap;
 
+// <linux/kvm.h> (Linux 6.1) declares kvm_cpuid2's entries with
+// __DECLARE_FLEX_ARRAY, which in C++ adds an empty struct: sizeof becomes
+// 12 and `entries` moves to offset 12, while the kernel's C layout has them
+// at 8. Both the ioctl numbers (they encode the size) and the buffer must
+// follow the kernel, so these two ioctls use the C layout spelled out here.
+struct CpuidHeader {
+  uint32_t nent;
+  uint32_t padding;
+};
+static_assert(sizeof(CpuidHeader) == 8);
+constexpr unsigned long kGetSupportedCpuid = _IOWR(KVMIO, 0x05, CpuidHeader);
+constexpr unsigned long kSetCpuid2 = _IOW(KVMIO, 0x90, CpuidHeader);
+
+// A KVM_*_CPUID2 argument of `nent` entries in the kernel's layout.
+class CpuidBuffer {
+ public:
+  explicit CpuidBuffer(uint32_t nent)
+      : bytes_(sizeof(CpuidHeader) + size_t{nent} * sizeof(kvm_cpuid_entry2)) {
+    header()->nent = nent;
+  }
+  CpuidHeader* header() { return reinterpret_cast<CpuidHeader*>(bytes_.data()); }
+  kvm_cpuid_entry2* entries() {
+    return reinterpret_cast<kvm_cpuid_entry2*>(bytes_.data() + sizeof(CpuidHeader));
+  }
+  void* arg() { return bytes_.data(); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
 absl::Status IoctlError(absl::string_view what, int err) {
   return absl::ErrnoToStatus(err, absl::StrCat(what, " failed"));
 }
@@ -71,12 +101,15 @@ absl::StatusOr<MsrFilter> CheckForKvm(const pvemu::v1::Policy& policy,
                                       uint32_t domain, emulator::Host& host) {
   ASSIGN_OR_RETURN(std::unique_ptr<const policy::DomainSnapshot> snap,
                    policy::CompileDomain(policy, source, host_vendor, domain));
-  ASSIGN_OR_RETURN(MsrFilter filter, CompileMsrFilter(*snap));
+  absl::StatusOr<MsrFilter> filter = CompileMsrFilter(*snap);
+  if (!filter.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("domain ", domain, ": ", filter.status().message()));
+  }
   // Leaf 0 alone decides the vendor check; the host's leaf stands in for KVM's.
   const emulator::CpuidRegs h = host.Cpuid(0, 0);
   std::vector<CpuidLeaf> leaf0 = {CpuidLeaf{0, 0, 0, h.eax, h.ebx, h.ecx, h.edx}};
   RETURN_IF_ERROR(GuestCpuid(leaf0, policy, *snap, host).status());
-  return filter;
+  return *std::move(filter);
 }
 
 }  // namespace
@@ -401,15 +434,13 @@ absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_f
   // KVM's supported leaves: retry with a larger table while it says E2BIG.
   std::vector<CpuidLeaf> supported;
   for (uint32_t nent = 128; supported.empty(); nent *= 2) {
-    std::vector<uint8_t> buf(sizeof(struct kvm_cpuid2) + nent * sizeof(struct kvm_cpuid_entry2));
-    auto* c = reinterpret_cast<struct kvm_cpuid2*>(buf.data());
-    c->nent = nent;
-    if (ioctl(kvm_fd, KVM_GET_SUPPORTED_CPUID, c) != 0) {
+    CpuidBuffer buf(nent);
+    if (ioctl(kvm_fd, kGetSupportedCpuid, buf.arg()) != 0) {
       if (errno == E2BIG && nent < 4096) continue;
       return IoctlError("KVM_GET_SUPPORTED_CPUID", errno);
     }
-    for (uint32_t i = 0; i < c->nent; ++i) {
-      const kvm_cpuid_entry2& e = c->entries[i];
+    for (uint32_t i = 0; i < buf.header()->nent; ++i) {
+      const kvm_cpuid_entry2& e = buf.entries()[i];
       supported.push_back({e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx});
     }
     if (supported.empty()) return absl::InternalError("KVM_GET_SUPPORTED_CPUID listed no leaf");
@@ -418,17 +449,15 @@ absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_f
   ASSIGN_OR_RETURN(std::vector<CpuidLeaf> leaves,
                    GuestCpuid(supported, snap->policy(), snap->ForDomain(options_.domain),
                               *host_));
-  std::vector<uint8_t> buf(sizeof(struct kvm_cpuid2) +
-                           leaves.size() * sizeof(struct kvm_cpuid_entry2));
-  auto* c = reinterpret_cast<struct kvm_cpuid2*>(buf.data());
-  c->nent = static_cast<uint32_t>(leaves.size());
+  CpuidBuffer buf(static_cast<uint32_t>(leaves.size()));
   for (size_t i = 0; i < leaves.size(); ++i) {
     const CpuidLeaf& l = leaves[i];
-    kvm_cpuid_entry2& e = c->entries[i];
+    kvm_cpuid_entry2& e = buf.entries()[i];
+    std::memset(&e, 0, sizeof e);
     e.function = l.function, e.index = l.index, e.flags = l.flags;
     e.eax = l.eax, e.ebx = l.ebx, e.ecx = l.ecx, e.edx = l.edx;
   }
-  if (ioctl(vcpu_fd, KVM_SET_CPUID2, c) != 0) {
+  if (ioctl(vcpu_fd, kSetCpuid2, buf.arg()) != 0) {
     return IoctlError(absl::StrCat("KVM_SET_CPUID2 on vCPU ", index,
                                    " (KVM refuses CPUID changes after the first KVM_RUN)"),
                       errno);

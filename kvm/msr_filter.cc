@@ -97,7 +97,7 @@ absl::StatusOr<MsrFilter> CompileMsrFilter(const policy::DomainSnapshot& domain)
   }
   if (!x2apic_rules.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "domain ", domain.domain(), ": KVM cannot filter x2APIC MSRs 0x800-0x8ff (KVM always ",
+        "KVM cannot filter x2APIC MSRs 0x800-0x8ff (KVM always ",
         "handles them itself), so these rules could never be enforced on a KVM domain: ",
         absl::StrJoin(x2apic_rules, ", "),
         ". Remove the rules, or narrow their ranges to leave out 0x800-0x8ff."));
@@ -118,7 +118,7 @@ absl::StatusOr<MsrFilter> CompileMsrFilter(const policy::DomainSnapshot& domain)
       parts.push_back(absl::StrCat(SpanText(first, last), " (", absl::StrJoin(rules, ", "), ")"));
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "domain ", domain.domain(), ": the MSRs the rules name need ", windows.size(),
+        "the MSRs the rules name need ", windows.size(),
         " KVM filter ranges of at most 0x", absl::Hex(kMaxMsrsPerRange), " MSRs, and KVM allows ",
         kMaxFilterRanges, ". Named MSRs by range, with their rules: ", absl::StrJoin(parts, "; "),
         ". Merge or drop rules whose MSRs lie far apart (a range rule over a wide span costs ",
@@ -174,15 +174,15 @@ std::string FilterToJson(const MsrFilter& filter) {
   for (const FilterRange& r : filter.ranges) {
     uint32_t exits = 0;
     for (uint32_t b = 0; b < r.nmsrs; ++b) exits += r.Exits(r.base + b) ? 1 : 0;
-    ranges.push_back(absl::StrFormat(R"({"base": "0x%x", "nmsrs": %u, "exiting": %u})", r.base,
+    ranges.push_back(absl::StrFormat(R"({"base":"0x%x","nmsrs":%u,"exiting":%u})", r.base,
                                      r.nmsrs, exits));
   }
   std::vector<std::string> exiting;
   for (const auto& [first, last] : filter.exiting) {
-    exiting.push_back(absl::StrFormat(R"({"first": "0x%x", "last": "0x%x"})", first, last));
+    exiting.push_back(absl::StrFormat(R"({"first":"0x%x","last":"0x%x"})", first, last));
   }
-  return absl::StrCat(R"({"ranges": [)", absl::StrJoin(ranges, ", "), R"(], "exiting": [)",
-                      absl::StrJoin(exiting, ", "), R"(], "exiting_count": )",
+  return absl::StrCat(R"({"ranges":[)", absl::StrJoin(ranges, ","), R"(],"exiting":[)",
+                      absl::StrJoin(exiting, ","), R"(],"exiting_count":)",
                       filter.exiting_count(), "}");
 }
 

@@ -36,7 +36,9 @@ inline constexpr uint32_t kX2apicLast = 0x8ff;
 struct FilterRange {
   uint32_t base = 0;
   uint32_t nmsrs = 0;
-  std::vector<uint8_t> bitmap;  // (nmsrs + 7) / 8 bytes; bit set: KVM handles
+  // Whole 64-bit words, (nmsrs + 63) / 64 * 8 bytes: KVM copies
+  // BITS_TO_LONGS(nmsrs) longs. A set bit lets KVM handle the MSR.
+  std::vector<uint8_t> bitmap;
   bool Exits(uint32_t msr) const;
 };
 
@@ -53,16 +55,19 @@ struct MsrFilter {
 };
 
 // The filter for one compiled domain. InvalidArgument, naming each rule
-// (FILE:LINE) and why, when KVM cannot express it: a rule names an x2APIC MSR
-// (0x800-0x8ff), or the named MSRs need more than 16 ranges of 0x3000 MSRs.
+// (FILE:LINE) and why, when KVM cannot express it: a rule that applies to
+// this host and domain names an x2APIC MSR (0x800-0x8ff), or the named MSRs
+// need more than 16 ranges of 0x3000 MSRs. The message does not name the
+// domain (a shared snapshot serves every domain without an overlay): callers
+// say which domain they asked for.
 absl::StatusOr<MsrFilter> CompileMsrFilter(const policy::DomainSnapshot& domain);
 
-// For people (`pvemuctl kvm-filter`): one line per range ("range 0: base
-// 0x0000 nmsrs 0x1e0 exits 12 MSRs") followed by the exiting intervals, each
-// with its catalog name when it is one MSR.
+// For people (`pvemuctl kvm-filter`): a summary line, one line per range
+// ("range 0: base 0x00000000 nmsrs 0x1b1 (3 exit)"), then the exiting
+// intervals with their catalog names.
 std::string FilterToText(const MsrFilter& filter);
-// The same as one JSON object: {"ranges": [{"base", "nmsrs", "exiting"}],
-// "exiting": [{"first", "last"}], "exiting_count"} with MSRs as "0x..".
+// The same as one compact JSON object: {"ranges":[{"base","nmsrs","exiting"}],
+// "exiting":[{"first","last"}],"exiting_count"} with MSRs as "0x..".
 std::string FilterToJson(const MsrFilter& filter);
 
 // One sentence: whether `msr` exits to pvemu on this domain and why (named by

@@ -22,7 +22,12 @@ std::vector<absl::string_view> ShippedPolicyNames() {
 }
 
 absl::StatusOr<LoadedPolicy> LoadPolicyByNameOrFile(const std::string& name_or_path) {
-  if (std::filesystem::exists(name_or_path) || absl::StrContains(name_or_path, '/') ||
+  // A directory is not a file: the source tree and the build tree both hold
+  // a kvm/ directory, and `--policy=kvm` there means the shipped policy.
+  std::error_code ec;
+  const bool is_file = std::filesystem::exists(name_or_path, ec) &&
+                       !std::filesystem::is_directory(name_or_path, ec);
+  if (is_file || absl::StrContains(name_or_path, '/') ||
       absl::EndsWith(name_or_path, ".textproto")) {
     return LoadPolicyFile(name_or_path);
   }

@@ -15,15 +15,15 @@
 namespace pvemu::policy {
 
 // The text of a shipped policy ("default", "xen-pre-4.15",
-// "kvm-ignore-msrs"), or "" if there is none by that name.
+// "kvm-ignore-msrs", "kvm"), or "" if there is none by that name.
 absl::string_view ShippedPolicy(absl::string_view name);
 std::vector<absl::string_view> ShippedPolicyNames();
 
-// What --policy names (pvemud and pvemuctl): an existing file, or anything
-// with a '/' or ending in ".textproto", is a file (LoadPolicyFile's errors);
-// otherwise a policy's name, shipped (embedded) or installed as
-// DATADIR/pvemu/policies/NAME.textproto (base/data_files.h). An unknown name
-// is InvalidArgument listing the shipped and installed names.
+// What --policy names (pvemud and pvemuctl): an existing file (not a
+// directory), or anything with a '/' or ending in ".textproto", is a file
+// (LoadPolicyFile's errors); otherwise a policy's name, shipped (embedded)
+// or installed as DATADIR/pvemu/policies/NAME.textproto (base/data_files.h).
+// An unknown name is InvalidArgument listing the shipped and installed names.
 absl::StatusOr<LoadedPolicy> LoadPolicyByNameOrFile(const std::string& name_or_path);
 
 }  // namespace pvemu::policy

@@ -4,8 +4,13 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/server/daemon_fixture.h"
 
@@ -53,6 +58,17 @@ TEST(CliTest, UsageErrorsExitTwoAndSayWhat) {
       {"msr find IA32_TSC", "msr needs a subcommand"},
       {"msr search", "msr search needs one TEXT"},
       {"msr search IA32_TSC IA32_PAT", "msr search needs one TEXT"},
+      {"kvm-filter --policy=kvm", "kvm-filter needs --domain=N"},
+      {"kvm-filter --domain=1 extra", "kvm-filter takes flags only"},
+      {"kvm-filter --domain=1 --server=unix:///nonexistent.sock --policy=kvm",
+       "kvm-filter: --server=unix:///nonexistent.sock uses the daemon's policy and host "
+       "vendor; drop --policy"},
+      {"kvm-filter --domain=1 --server=unix:///nonexistent.sock --host-vendor=amd",
+       "drop --host-vendor"},
+      {"explain --kvm --domain=1 --port=0x80", "explain --kvm is for MSRs"},
+      {"explain --kvm --domain=1 --msr=0x10 --server=unix:///nonexistent.sock "
+       "--host-profile=amd-epyc-7443p",
+       "explain --kvm: --server=unix:///nonexistent.sock uses the daemon's policy"},
   };
   for (const Case& c : cases) {
     CliRun r = Pvemuctl(c.args);
@@ -84,6 +100,14 @@ TEST(CliTest, InvalidValuesExitOneAndNameTheFlag) {
       {"replay /nonexistent/log.traps", "/nonexistent/log.traps"},
       {"import --out=x.csv /dev/null", "x.csv"},
       {"decode 0f32 zz", "not a hex digit"},
+      {"kvm-filter --domain=abc --policy=kvm", "--domain: 'abc' is not a number"},
+      {"kvm-filter --domain=-1 --policy=kvm", "--domain: '-1' is not a number"},
+      {"kvm-filter --domain=0x100000000 --policy=kvm", "--domain: 0x100000000 does not fit in 32 bits"},
+      {"kvm-filter --domain=1 --policy=nosuch", "neither a file nor a shipped policy"},
+      {"kvm-filter --domain=1 --policy=kvm --host-vendor=via", "unknown vendor 'via'"},
+      {"kvm-filter --domain=1 --policy=kvm --host-profile=nosuch", "unknown host profile 'nosuch'"},
+      {"explain --kvm --domain=1 --msr=IA32_ENERGY_PERF_BAIS --policy=kvm",
+       "did you mean IA32_ENERGY_PERF_BIAS"},
   };
   for (const Case& c : cases) {
     CliRun r = Pvemuctl(c.args);
@@ -309,6 +333,222 @@ TEST(CliMsrTest, SearchWithoutAMatchExitsOneAndSuggests) {
   CliRun index = Pvemuctl("msr search 0x12345678");
   EXPECT_EQ(index.status, 1) << index.output;
   EXPECT_THAT(index.output, HasSubstr("no MSR matches '0x12345678'"));
+}
+
+// --- Issue 18: kvm-filter and explain --kvm.
+
+// One JSON line as a protobuf Struct (so the test does not depend on spacing).
+google::protobuf::Struct ParseJsonLine(const std::string& line) {
+  google::protobuf::Struct parsed;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &parsed).ok()) << line;
+  return parsed;
+}
+
+// The exiting intervals of a kvm-filter JSON object, as "first-last".
+std::vector<std::string> ExitingOf(const google::protobuf::Struct& filter) {
+  std::vector<std::string> out;
+  if (!filter.fields().contains("exiting")) return out;
+  for (const auto& v : filter.fields().at("exiting").list_value().values()) {
+    const auto& f = v.struct_value().fields();
+    out.push_back(f.at("first").string_value() + "-" + f.at("last").string_value());
+  }
+  return out;
+}
+
+TEST(CliKvmTest, KvmFilterPrintsTheShippedPresetsFilter) {
+  CliRun text = Pvemuctl("kvm-filter --domain=1 --policy=kvm");
+  EXPECT_EQ(text.status, 0) << text.output;
+  EXPECT_THAT(text.output, ::testing::StartsWith("domain 1, host vendor INTEL\n"));
+  EXPECT_THAT(text.output, HasSubstr("IA32_THERM_CONTROL"));
+  EXPECT_THAT(text.output, HasSubstr("IA32_ENERGY_PERF_BIAS"));
+  EXPECT_THAT(text.output, Not(HasSubstr("IA32_EFER")));
+  EXPECT_THAT(text.output, Not(HasSubstr("IA32_APIC_BASE")));
+
+  CliRun json = Pvemuctl("-o json kvm-filter --domain=1 --policy=kvm --host-vendor=amd");
+  EXPECT_EQ(json.status, 0) << json.output;
+  std::vector<std::string> lines = absl::StrSplit(json.output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 1u) << json.output;
+  EXPECT_THAT(lines[0], ::testing::StartsWith("{\"domain\":1,\"host_vendor\":\"AMD\",\"ranges\":"));
+  google::protobuf::Struct filter = ParseJsonLine(lines[0]);
+  EXPECT_THAT(ExitingOf(filter), ::testing::Contains("0x19a-0x19a"));
+  EXPECT_THAT(ExitingOf(filter), ::testing::Contains("0x1b0-0x1b0"));
+  EXPECT_THAT(ExitingOf(filter), ::testing::Contains("0xc1-0xc8"));  // vPMU off
+  EXPECT_FALSE(filter.fields().contains("generation")) << "offline: no daemon generation";
+  EXPECT_GT(filter.fields().at("exiting_count").number_value(), 2);
+}
+
+// Vendor rules decide what a domain names, so the filter follows the host
+// vendor: the default policy's AMD P-state rule is dom0's on AMD hosts only.
+TEST(CliKvmTest, KvmFilterFollowsTheHostVendor) {
+  CliRun amd = Pvemuctl("-o json kvm-filter --domain=0 --policy=default --host-vendor=amd");
+  CliRun intel =
+      Pvemuctl("-o json kvm-filter --domain=0 --policy=default --host-profile=intel-xeon-e-2136");
+  ASSERT_EQ(amd.status, 0) << amd.output;
+  ASSERT_EQ(intel.status, 0) << intel.output;
+  EXPECT_THAT(ExitingOf(ParseJsonLine(amd.output)), ::testing::Contains("0xc0010061-0xc001006b"));
+  EXPECT_THAT(ExitingOf(ParseJsonLine(intel.output)),
+              Not(::testing::Contains("0xc0010061-0xc001006b")));
+}
+
+TEST(CliKvmTest, KvmFilterOfAnInvalidPolicyFileNamesFileAndLine) {
+  const std::string dir = MakeTempDir();
+  std::ofstream(dir + "/bad.textproto") << "default {\n  msr { msr: \"0x10\" read: CONST }\n}\n";
+  CliRun r = Pvemuctl("kvm-filter --domain=1 --policy=" + dir + "/bad.textproto");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(dir + "/bad.textproto:2:"));
+  EXPECT_THAT(r.output, HasSubstr("read CONST needs a value"));
+}
+
+// A rule KVM cannot filter (x2APIC) or too many ranges: the filter is
+// refused, exit 1, naming the rule, as for an invalid policy.
+TEST(CliKvmTest, KvmFilterRefusalExitsOneNamingTheRules) {
+  const std::string dir = MakeTempDir();
+  const std::string x2apic = dir + "/x2apic.textproto";
+  std::ofstream(x2apic) << "default {\n  vpmu: true\n  msr { msr: \"0x808\" read: ZERO }\n}\n";
+  CliRun r = Pvemuctl("kvm-filter --domain=1 --policy=" + x2apic);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("pvemuctl: domain 1's policy cannot be a KVM MSR filter: "));
+  EXPECT_THAT(r.output, HasSubstr(x2apic + ":3"));
+  EXPECT_THAT(r.output, HasSubstr("x2APIC"));
+
+  // explain --kvm refuses the same way; explain without it still answers.
+  CliRun explain = Pvemuctl("explain --kvm --domain=1 --msr=0x808 --policy=" + x2apic);
+  EXPECT_EQ(explain.status, 1) << explain.output;
+  EXPECT_THAT(explain.output, HasSubstr(x2apic + ":3"));
+  EXPECT_EQ(Pvemuctl("explain --domain=1 --msr=0x808 --policy=" + x2apic).status, 0);
+
+  const std::string many = dir + "/many.textproto";
+  {
+    std::ofstream out(many);
+    out << "default {\n  vpmu: true\n";
+    for (int i = 1; i <= 17; ++i) out << "  msr { msr: \"" << i * 0x10000 << "\" read: ZERO }\n";
+    out << "}\n";
+  }
+  CliRun ranges = Pvemuctl("-o json kvm-filter --domain=1 --policy=" + many);
+  EXPECT_EQ(ranges.status, 1) << ranges.output;
+  EXPECT_THAT(ranges.output, HasSubstr(many + ":19"));
+  EXPECT_THAT(ranges.output, Not(HasSubstr("{")));  // no filter on stdout
+}
+
+TEST(CliKvmTest, ExplainKvmSaysWhetherTheMsrExitsInTextAndJson) {
+  CliRun text = Pvemuctl("explain --kvm --domain=1 --msr=IA32_ENERGY_PERF_BIAS --policy=kvm");
+  EXPECT_EQ(text.status, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("decided by default rule at kvm.textproto:"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("\n  kvm: [^\n]*exits to pvemu[^\n]*kvm\\.textproto:[0-9]+"));
+
+  CliRun exits = Pvemuctl("-o json explain --kvm --domain=1 --msr=0x1b0 --policy=kvm");
+  EXPECT_EQ(exits.status, 0) << exits.output;
+  google::protobuf::Struct e = ParseJsonLine(exits.output);
+  ASSERT_TRUE(e.fields().contains("kvm")) << exits.output;
+  EXPECT_TRUE(e.fields().at("kvm").struct_value().fields().at("exits").bool_value());
+  EXPECT_THAT(e.fields().at("kvm").struct_value().fields().at("detail").string_value(),
+              HasSubstr("kvm.textproto:"));
+  // "kvm" comes last, after the keys explain always prints.
+  EXPECT_THAT(exits.output, ::testing::StartsWith("{\"domain\":1,\"msr\":\"0x1b0\","));
+  EXPECT_THAT(exits.output, ::testing::ContainsRegex(",\"kvm\":\\{\"exits\":true,\"detail\":\"[^\"]*\"\\}\\}\n$"));
+
+  // EFER: the preset names it not, so it stays with KVM.
+  CliRun stays = Pvemuctl("-o json explain --kvm --domain=1 --msr=IA32_EFER --policy=kvm");
+  EXPECT_EQ(stays.status, 0) << stays.output;
+  google::protobuf::Struct s = ParseJsonLine(stays.output);
+  EXPECT_FALSE(s.fields().at("kvm").struct_value().fields().at("exits").bool_value());
+  EXPECT_THAT(s.fields().at("kvm").struct_value().fields().at("detail").string_value(),
+              HasSubstr("stays with KVM"));
+
+  // Without --kvm there is no "kvm" key and no kvm line.
+  EXPECT_THAT(Pvemuctl("-o json explain --domain=1 --msr=0x1b0 --policy=kvm").output,
+              Not(HasSubstr("\"kvm\"")));
+  EXPECT_THAT(Pvemuctl("explain --domain=1 --msr=0x1b0 --policy=kvm").output,
+              Not(HasSubstr("kvm:")));
+}
+
+// With --server: the daemon's current policy, compiled for the daemon's host
+// vendor, at its generation; edits show at once.
+class CliKvmDaemonTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    options_.policy = "kvm";  // the test runs in the build tree, beside a kvm/ directory
+    options_.host_profile = "amd-epyc-7443p";
+    StartDaemon();
+  }
+  CliRun Online(const std::string& args) {
+    return Pvemuctl(absl::StrCat("--server=", options_.listen, " ", args));
+  }
+};
+
+TEST_F(CliKvmDaemonTest, KvmFilterUsesTheDaemonsPolicyVendorAndGeneration) {
+  CliRun text = Online("kvm-filter --domain=1");
+  EXPECT_EQ(text.status, 0) << text.output;
+  EXPECT_THAT(text.output, ::testing::StartsWith("domain 1, host vendor AMD, pvemud generation 1\n"));
+  EXPECT_THAT(text.output, HasSubstr("IA32_ENERGY_PERF_BIAS"));
+
+  CliRun set = Online("policy set-rule --domain=1 --msr=0x40000010 --read=ZERO");
+  ASSERT_EQ(set.status, 0) << set.output;
+  CliRun json = Online("-o json kvm-filter --domain=1");
+  EXPECT_EQ(json.status, 0) << json.output;
+  EXPECT_THAT(json.output,
+              ::testing::StartsWith("{\"domain\":1,\"host_vendor\":\"AMD\",\"generation\":2,"));
+  EXPECT_THAT(ExitingOf(ParseJsonLine(json.output)), ::testing::Contains("0x40000010-0x40000010"));
+  // Domain 2 has no overlay: the edit is not its.
+  CliRun other = Online("-o json kvm-filter --domain=2");
+  EXPECT_THAT(ExitingOf(ParseJsonLine(other.output)),
+              Not(::testing::Contains("0x40000010-0x40000010")));
+}
+
+// The rule a KVM note names is located as a line of `pvemuctl policy get`'s
+// output at that generation, so an operator can find it there.
+TEST_F(CliKvmDaemonTest, ExplainKvmNamesTheRulesLineInPolicyGet) {
+  ASSERT_EQ(Online("policy set-rule --domain=1 --msr=0x40000010 --read=ZERO").status, 0);
+  CliRun r = Online("-o json explain --kvm --domain=1 --msr=0x40000010");
+  ASSERT_EQ(r.status, 0) << r.output;
+  google::protobuf::Struct e = ParseJsonLine(r.output);
+  ASSERT_TRUE(e.fields().contains("kvm")) << r.output;
+  const auto& kvm = e.fields().at("kvm").struct_value().fields();
+  EXPECT_TRUE(kvm.at("exits").bool_value());
+  const std::string detail = kvm.at("detail").string_value();
+  const std::string where = "pvemud generation 2:";
+  size_t at = detail.find(where);
+  ASSERT_NE(at, std::string::npos) << detail;
+  int line = 0;
+  std::string digits;
+  for (size_t i = at + where.size(); i < detail.size() && absl::ascii_isdigit(detail[i]); ++i) {
+    digits.push_back(detail[i]);
+  }
+  ASSERT_TRUE(absl::SimpleAtoi(digits, &line)) << detail;
+
+  CliRun get = Online("policy get");
+  ASSERT_EQ(get.status, 0) << get.output;
+  std::vector<std::string> lines = absl::StrSplit(get.output, '\n');
+  ASSERT_GE(static_cast<int>(lines.size()), line) << get.output;
+  // The line is the rule's own (its `msr {`) or the target inside it.
+  const std::string& at_line = lines[line - 1];
+  const std::string& next = static_cast<int>(lines.size()) > line ? lines[line] : at_line;
+  EXPECT_TRUE(absl::StrContains(at_line, "0x40000010") || absl::StrContains(next, "0x40000010"))
+      << "line " << line << " of policy get: " << at_line << "\n" << get.output;
+
+  // An MSR the policy does not name stays with KVM.
+  CliRun efer = Online("explain --kvm --domain=1 --msr=IA32_EFER");
+  EXPECT_EQ(efer.status, 0) << efer.output;
+  EXPECT_THAT(efer.output, HasSubstr("stays with KVM"));
+}
+
+TEST_F(CliKvmDaemonTest, AnEditKvmCannotFilterIsRefusedForThatDomainOnly) {
+  ASSERT_EQ(Online("policy set-rule --domain=1 --msr=0x808 --read=ZERO").status, 0);
+  CliRun refused = Online("kvm-filter --domain=1");
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("domain 1's policy cannot be a KVM MSR filter"));
+  EXPECT_THAT(refused.output, HasSubstr("pvemud generation 2:"));
+  EXPECT_EQ(Online("kvm-filter --domain=2").status, 0);
+}
+
+TEST(CliKvmTest, KvmFilterWithAnUnreachableServerExitsThree) {
+  CliRun r = Pvemuctl("--server=unix:///nonexistent/pvemu.sock --timeout=2 kvm-filter --domain=1");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cannot reach pvemud at unix:///nonexistent/pvemu.sock"));
+  CliRun e = Pvemuctl(
+      "--server=unix:///nonexistent/pvemu.sock --timeout=2 explain --kvm --domain=1 --msr=0x10");
+  EXPECT_EQ(e.status, 3) << e.output;
 }
 
 }  // namespace

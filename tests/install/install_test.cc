@@ -75,6 +75,7 @@ TEST_F(InstallTest, EverythingIsWhereItShouldBe) {
            Installed("PVEMU_INSTALL_COMPLETIONDIR", "pvemuctl"),
            Installed("PVEMU_INSTALL_DATADIR", "pvemu/policies/default.textproto"),
            Installed("PVEMU_INSTALL_DATADIR", "pvemu/policies/kvm-ignore-msrs.textproto"),
+           Installed("PVEMU_INSTALL_DATADIR", "pvemu/policies/kvm.textproto"),
            Installed("PVEMU_INSTALL_DATADIR", "pvemu/profiles/amd-epyc-7443p.textproto"),
        }) {
     EXPECT_TRUE(std::filesystem::is_regular_file(path)) << path;

@@ -177,5 +177,14 @@ TEST(Load, FileErrorsNameTheFile) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.textproto")));
 }
 
+// A directory opens and reads as empty text, which is a valid policy with no
+// rules: loading one must fail rather than silently stand for that.
+TEST(Load, ADirectoryIsNotAPolicyFile) {
+  testutil::TempDir dir;
+  EXPECT_THAT(LoadPolicyFile(dir.path()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       dir.path() + ": is a directory; give a file's path"));
+}
+
 }  // namespace
 }  // namespace pvemu::policy

@@ -59,7 +59,7 @@ void ExpectSameAsParser(const v1::Policy& policy, const std::string& header = ""
 }
 
 TEST(SourceMapTest, PrinterOutputOfEveryShippedPolicyMapsLikeTheParser) {
-  for (const char* name : {"default", "xen-pre-4.15", "kvm-ignore-msrs"}) {
+  for (absl::string_view name : ShippedPolicyNames()) {
     SCOPED_TRACE(name);
     auto loaded = ParsePolicy(ShippedPolicy(name), name);
     ASSERT_TRUE(loaded.ok());
