@@ -81,10 +81,12 @@ class Pvemud {
   ChildProcess process_;
 };
 
-// One acknowledged edit: when pvemuctl printed the new generation.
+// One acknowledged edit: when pvemuctl printed the new generation, and when
+// pvemuctl started (the edit happened in between).
 struct Ack {
   uint64_t generation = 0;
   steady_clock::time_point at;
+  steady_clock::time_point started;
 };
 
 class KvmLiveTest : public ::testing::Test {
@@ -118,6 +120,7 @@ class KvmLiveTest : public ::testing::Test {
   Ack SetConst(uint32_t msr, uint64_t value) {
     ChildProcess ctl;
     Ack ack;
+    ack.started = steady_clock::now();
     if (!ctl.Start({PvemuctlPath(), "--server=" + daemon_->address(), "-o", "json", "policy",
                     "set-rule", absl::StrCat("--domain=", kDomain),
                     absl::StrFormat("--msr=0x%x", msr), "--read=CONST",
@@ -175,6 +178,9 @@ TEST_F(KvmLiveTest, AnAcknowledgedEditReachesTheGuestWithin100ms) {
 
   constexpr int kEdits = 10;
   std::vector<milliseconds> latencies;
+  // From pvemuctl's start instead: an upper bound that includes pvemuctl's
+  // own start-up, printed to show where the time goes.
+  std::vector<milliseconds> from_start;
   uint64_t last_generation = 0;
   size_t from = *first;
   for (int edit = 1; edit <= kEdits; ++edit) {
@@ -188,6 +194,8 @@ TEST_F(KvmLiveTest, AnAcknowledgedEditReachesTheGuestWithin100ms) {
     // The guest may read the new value before pvemuctl prints the ack.
     auto latency = std::max(steady_clock::duration::zero(), vm_->lines()[*seen].at - ack.at);
     latencies.push_back(std::chrono::duration_cast<milliseconds>(latency));
+    from_start.push_back(
+        std::chrono::duration_cast<milliseconds>(vm_->lines()[*seen].at - ack.started));
     from = *seen;
   }
 
@@ -202,7 +210,11 @@ TEST_F(KvmLiveTest, AnAcknowledgedEditReachesTheGuestWithin100ms) {
   std::sort(latencies.begin(), latencies.end());
   std::string all;
   for (milliseconds l : latencies) absl::StrAppend(&all, l.count(), " ");
-  std::printf("edit-to-guest latencies (ms): %s\n", all.c_str());
+  std::string all_from_start;
+  for (milliseconds l : from_start) absl::StrAppend(&all_from_start, l.count(), " ");
+  // 0: the guest read the new value before pvemuctl's answer arrived.
+  std::printf("edit-to-guest latencies after the ack (ms): %s\n", all.c_str());
+  std::printf("the same from pvemuctl's start (ms): %s\n", all_from_start.c_str());
   EXPECT_LE(latencies.back(), kEditLatencyBound) << "latencies (ms): " << all;
 
   // Every read returned a value of some generation, and never an older one
