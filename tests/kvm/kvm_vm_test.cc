@@ -502,6 +502,48 @@ TEST_F(KvmCpuidTest, CpuidNeverExitsToUserSpace) {
 }
 
 // ---------------------------------------------------------------------------
+// The shipped `kvm` preset, by name (kvm_preset.S).
+
+class KvmPresetTest : public KvmVmTest {
+ protected:
+  std::vector<std::string> PresetArgs(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {PvemuVmPath(), absl::StrCat("--domain=", kDomain),
+                                     "--policy=kvm", "--timeout=120", "-o", "json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back(GuestPath("kvm_preset"));
+    return argv;
+  }
+};
+
+TEST_F(KvmPresetTest, OnTheIntelSimHostEnergyPerfBiasReadsTheHostAndWritesAreDropped) {
+  const VmRun& run = CachedRun(PresetArgs());
+  ASSERT_CLEAN_RUN(run);
+  std::string energy_perf_bias = Hex64(SimMsrValue("IA32_ENERGY_PERF_BIAS", 0x1b0));
+  EXPECT_THAT(run.lines,
+              ElementsAre("cpu0: rdmsr 0x1b0 = " + energy_perf_bias,
+                          "cpu0: wrmsr 0x1b0 <- 0x0000000000000001 ok",
+                          "cpu0: rdmsr 0x1b0 = " + energy_perf_bias,
+                          "cpu0: rdmsr 0x19a = " + Hex64(SimMsrValue("IA32_THERM_CONTROL", 0x19a)),
+                          // Per-VM ignore_msrs.
+                          "cpu0: rdmsr 0x87654321 = 0x0000000000000000",
+                          "cpu0: out32 0x510 <- 0x0000cafe", "cpu0: in32 0x510 = 0x0000cafe",
+                          "cpu0: gp 0"))
+      << run.Describe();
+  // EFER, APIC_BASE and the TSC stayed with KVM.
+  EXPECT_EQ(Count(run, kExits, "rdmsr"), 4u) << run.Describe();
+  EXPECT_EQ(Count(run, kExits, "wrmsr"), 1u) << run.Describe();
+}
+
+TEST_F(KvmPresetTest, OnTheAmdSimHostEnergyPerfBiasReadsZeroAndWritesFault) {
+  const VmRun& run = CachedRun(PresetArgs({"--host-profile=amd-epyc-7443p"}));
+  ASSERT_CLEAN_RUN(run);
+  EXPECT_THAT(run.lines, IsSupersetOf({"cpu0: rdmsr 0x1b0 = 0x0000000000000000",
+                                       "cpu0: wrmsr 0x1b0 <- 0x0000000000000001 #GP",
+                                       "cpu0: rdmsr 0x19a = 0x0000000000000000", "cpu0: gp 1"}))
+      << run.Describe();
+}
+
+// ---------------------------------------------------------------------------
 // Bad input (section 4): a message naming the cause, and exit status 2.
 
 class KvmBadInputTest : public KvmVmTest {
