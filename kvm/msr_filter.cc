@@ -158,12 +158,16 @@ std::string FilterToText(const MsrFilter& filter) {
   }
   out += "exiting MSRs:\n";
   for (const auto& [first, last] : filter.exiting) {
+    // Catalog names where the catalog has them; a bare number otherwise.
+    const absl::string_view a = x86::MsrName(first), b = x86::MsrName(last);
     if (first == last) {
-      absl::StrAppendFormat(&out, "  0x%08x             %s\n", first, x86::MsrName(first));
+      absl::StrAppendFormat(&out, "  0x%08x             %s\n", first, a);
+    } else if (a.empty() && b.empty()) {
+      absl::StrAppendFormat(&out, "  0x%08x-0x%08x\n", first, last);
     } else {
       absl::StrAppendFormat(&out, "  0x%08x-0x%08x  %s .. %s\n", first, last,
-                            x86::MsrName(first).empty() ? "?" : x86::MsrName(first),
-                            x86::MsrName(last).empty() ? "?" : x86::MsrName(last));
+                            a.empty() ? absl::StrFormat("0x%x", first) : std::string(a),
+                            b.empty() ? absl::StrFormat("0x%x", last) : std::string(b));
     }
   }
   return out;

@@ -7,6 +7,7 @@
 #include <linux/kvm.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -384,6 +385,9 @@ TEST_F(SubscribedTest, AnAcknowledgedEditReachesTheNextExitWithin100ms) {
     EXPECT_EQ(plane->generation(), generation);
   }
   std::sort(latencies.begin(), latencies.end());
+  std::printf("edit -> next exit, 20 edits: p50 %s, worst %s\n",
+              absl::FormatDuration(latencies[latencies.size() / 2]).c_str(),
+              absl::FormatDuration(latencies.back()).c_str());
   EXPECT_LT(latencies.back(), absl::Milliseconds(100)) << "worst of 20 edits";
 }
 
