@@ -18,6 +18,7 @@
 #include "policy/loader.h"
 #include "policy/rules.h"
 #include "policy/shipped.h"
+#include "base/checksum.h"
 #include "base/durable_file.h"
 #include "base/status_macros.h"
 #include "base/textproto.h"
@@ -33,22 +34,13 @@ namespace {
 constexpr absl::string_view kStateFile = "policy.textproto";
 constexpr absl::string_view kHeaderPrefix = "# pvemu state: ";
 
-uint64_t Fnv1a(absl::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 // The state file for a policy whose text format is `policy_text`.
 std::string StateText(absl::string_view policy_text, uint64_t generation) {
   std::string body = absl::StrCat(
       "# Written by pvemud; edit with `pvemuctl policy ...`, not by hand.\n",
       policy_text);
   return absl::StrFormat("%sgeneration=%d length=%d fnv1a=%016x\n%s", kHeaderPrefix,
-                         generation, body.size(), Fnv1a(body), body);
+                         generation, body.size(), base::Fnv1a64(body), body);
 }
 
 struct StateFile {
@@ -85,7 +77,7 @@ absl::StatusOr<StateFile> ReadStateFile(const std::string& path) {
         "%s: truncated or extended: body is %d bytes, header says %d", path, body.size(),
         length));
   }
-  if (Fnv1a(body) != hash) {
+  if (base::Fnv1a64(body) != hash) {
     return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (corrupt)"));
   }
   RETURN_IF_ERROR(ParseTextProto(out.text, path, &out.policy));

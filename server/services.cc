@@ -16,20 +16,10 @@
 namespace pvemu::server {
 namespace {
 
-grpc::Status Denied(absl::string_view what, const Authorizer& auth,
-                    const grpc::ServerContext& context) {
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat(what, " is not allowed for ", auth.Describe(context),
-                                   "; ask an operator to add you to pvemud's --",
-                                   what == "reading" ? "readers" : "editors", " list"));
-}
-
 // Readers and editors may read; only editors may change anything.
 #define REQUIRE_ROLE(role_needed, what)                                   \
   do {                                                                    \
-    Role role_ = auth_.RoleOf(*context);                                  \
-    if (role_ == Role::kNone ||                                           \
-        (role_needed == Role::kEditor && role_ != Role::kEditor)) {       \
+    if (!Allowed(auth_, *context, role_needed == Role::kEditor)) {        \
       return Denied(what, auth_, *context);                               \
     }                                                                     \
   } while (0)
@@ -517,6 +507,19 @@ grpc::Status AuditServiceImpl::Watch(grpc::ServerContext* context,
   return status;
 }
 
+
+grpc::Status Denied(absl::string_view what, const Authorizer& auth,
+                    const grpc::ServerContext& context) {
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(what, " is not allowed for ", auth.Describe(context),
+                                   "; ask an operator to add you to pvemud's --",
+                                   what == "reading" ? "readers" : "editors", " list"));
+}
+
+bool Allowed(const Authorizer& auth, const grpc::ServerContext& context, bool edit) {
+  const Role role = auth.RoleOf(context);
+  return role != Role::kNone && (!edit || role == Role::kEditor);
+}
 
 // --- KVM data planes ---------------------------------------------------------
 

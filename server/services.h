@@ -32,6 +32,15 @@ using LiveDomainsFn = std::function<absl::StatusOr<std::vector<v1::DomainInfo>>(
 
 grpc::Status ToGrpc(const absl::Status& status);
 
+// The refusal every service gives a peer without the role: `what` is
+// "reading" or "editing", and the message names the peer and the flag that
+// grants the role.
+grpc::Status Denied(absl::string_view what, const Authorizer& auth,
+                    const grpc::ServerContext& context);
+// Whether the peer may read (edit false) or edit (edit true): editors may
+// also read.
+bool Allowed(const Authorizer& auth, const grpc::ServerContext& context, bool edit);
+
 // The KVM data planes (libpvemu-kvm) following this daemon: which domain
 // each serves in which process, and the traps they report. Thread-safe; off
 // every trap path (a data plane reports in batches).

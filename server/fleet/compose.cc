@@ -63,6 +63,36 @@ bool ForHost(const MsrRule& rule, v1::Vendor vendor) {
 bool DecidesRead(const MsrRule& r) { return r.read() != v1::ReadAction::ACTION_UNSPECIFIED; }
 bool DecidesWrite(const MsrRule& r) { return r.write() != v1::WriteAction::ACTION_UNSPECIFIED; }
 
+// Takes the layer-wide settings `src` sets (hardware_domain, unknown_msr,
+// tsc, vpmu, guest_vendor), with their source positions: a layer that sets
+// one overrides what the layers below it said.
+void TakeSettings(const Layer& src, const SourceMap& src_map, const std::string& src_path,
+                  Layer* dst, SourceMap* dst_map, const std::string& dst_path) {
+  const auto graft = [&](absl::string_view field) {
+    dst_map->Graft(absl::StrCat(dst_path, ".", field), src_map, absl::StrCat(src_path, ".", field));
+  };
+  if (src.has_hardware_domain()) {
+    dst->set_hardware_domain(src.hardware_domain());
+    graft("hardware_domain");
+  }
+  if (src.unknown_msr() != v1::UNKNOWN_MSR_UNSPECIFIED) {
+    dst->set_unknown_msr(src.unknown_msr());
+    graft("unknown_msr");
+  }
+  if (src.tsc().mode() != v1::TscPolicy::MODE_UNSPECIFIED) {
+    *dst->mutable_tsc() = src.tsc();
+    graft("tsc");
+  }
+  if (src.has_vpmu()) {
+    dst->set_vpmu(src.vpmu());
+    graft("vpmu");
+  }
+  if (src.guest_vendor() != v1::VENDOR_UNSPECIFIED) {
+    dst->set_guest_vendor(src.guest_vendor());
+    graft("guest_vendor");
+  }
+}
+
 // Merges `src` (at `src_path` in `src_map`) over `dst` (at `dst_path`).
 // A layer that has rules for an MSR or a range replaces what the layers
 // below say about that MSR or range, and about every MSR and narrower range
@@ -145,29 +175,7 @@ void MergeLayer(const Layer& src, const SourceMap& src_map, const std::string& s
     dst_map->Graft(Path(dst_path, "io_port", dst->io_port_size() - 1), src_map,
                    Path(src_path, "io_port", j));
   }
-  const auto graft = [&](absl::string_view field) {
-    dst_map->Graft(absl::StrCat(dst_path, ".", field), src_map, absl::StrCat(src_path, ".", field));
-  };
-  if (src.has_hardware_domain()) {
-    dst->set_hardware_domain(src.hardware_domain());
-    graft("hardware_domain");
-  }
-  if (src.unknown_msr() != v1::UNKNOWN_MSR_UNSPECIFIED) {
-    dst->set_unknown_msr(src.unknown_msr());
-    graft("unknown_msr");
-  }
-  if (src.tsc().mode() != v1::TscPolicy::MODE_UNSPECIFIED) {
-    *dst->mutable_tsc() = src.tsc();
-    graft("tsc");
-  }
-  if (src.has_vpmu()) {
-    dst->set_vpmu(src.vpmu());
-    graft("vpmu");
-  }
-  if (src.guest_vendor() != v1::VENDOR_UNSPECIFIED) {
-    dst->set_guest_vendor(src.guest_vendor());
-    graft("guest_vendor");
-  }
+  TakeSettings(src, src_map, src_path, dst, dst_map, dst_path);
 }
 
 // Appends `src`'s rules, CPUID entries and ports to `dst` and takes the
@@ -197,29 +205,7 @@ void Concat(const Layer& src, const SourceMap& src_map, const std::string& src_p
     *dst->add_io_port() = src.io_port(j);
     append("io_port", j, dst->io_port_size() - 1);
   }
-  const auto graft = [&](absl::string_view field) {
-    dst_map->Graft(absl::StrCat(dst_path, ".", field), src_map, absl::StrCat(src_path, ".", field));
-  };
-  if (src.has_hardware_domain()) {
-    dst->set_hardware_domain(src.hardware_domain());
-    graft("hardware_domain");
-  }
-  if (src.unknown_msr() != v1::UNKNOWN_MSR_UNSPECIFIED) {
-    dst->set_unknown_msr(src.unknown_msr());
-    graft("unknown_msr");
-  }
-  if (src.tsc().mode() != v1::TscPolicy::MODE_UNSPECIFIED) {
-    *dst->mutable_tsc() = src.tsc();
-    graft("tsc");
-  }
-  if (src.has_vpmu()) {
-    dst->set_vpmu(src.vpmu());
-    graft("vpmu");
-  }
-  if (src.guest_vendor() != v1::VENDOR_UNSPECIFIED) {
-    dst->set_guest_vendor(src.guest_vendor());
-    graft("guest_vendor");
-  }
+  TakeSettings(src, src_map, src_path, dst, dst_map, dst_path);
 }
 
 // The path of `domain`'s overlay in `policy` ("domain[3]"), or "" if none.

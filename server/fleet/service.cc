@@ -4,23 +4,6 @@
 #include "server/services.h"
 
 namespace pvemu::server {
-namespace {
-
-// The same refusal as the other services' (server/services.cc).
-grpc::Status Denied(absl::string_view what, const Authorizer& auth,
-                    const grpc::ServerContext& context) {
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat(what, " is not allowed for ", auth.Describe(context),
-                                   "; ask an operator to add you to pvemud's --",
-                                   what == "reading" ? "readers" : "editors", " list"));
-}
-
-bool Allowed(const Authorizer& auth, const grpc::ServerContext& context, bool edit) {
-  const Role role = auth.RoleOf(context);
-  return role != Role::kNone && (!edit || role == Role::kEditor);
-}
-
-}  // namespace
 
 grpc::Status FleetServiceImpl::GetStatus(grpc::ServerContext* context,
                                          const v1::FleetStatusRequest*,

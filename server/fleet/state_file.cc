@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/checksum.h"
 #include "base/durable_file.h"
 #include "base/textproto.h"
 
@@ -12,15 +13,6 @@ namespace pvemu::server::fleet {
 namespace {
 
 constexpr absl::string_view kHeader = "# pvemu fleet state: ";
-
-uint64_t Fnv1a(absl::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 absl::StatusOr<v1::FleetState> ReadOne(const std::string& path) {
   std::string text;
@@ -40,7 +32,7 @@ absl::StatusOr<v1::FleetState> ReadOne(const std::string& path) {
     if (p.first == "fnv1a") have_hash = absl::SimpleHexAtoi(p.second, &hash);
   }
   const absl::string_view body = absl::string_view(text).substr(nl + 1);
-  if (!have_length || !have_hash || body.size() != length || Fnv1a(body) != hash) {
+  if (!have_length || !have_hash || body.size() != length || base::Fnv1a64(body) != hash) {
     return absl::DataLossError(absl::StrCat(path, ": truncated or corrupt (length or checksum)"));
   }
   v1::FleetState state;
@@ -77,7 +69,7 @@ absl::Status WriteFleetState(const std::string& state_dir, const v1::FleetState&
       "# Written by pvemud in fleet mode: the last fleet revision this host applied.\n",
       ToTextProto(state));
   const std::string text =
-      absl::StrFormat("%slength=%d fnv1a=%016x\n%s", kHeader, body.size(), Fnv1a(body), body);
+      absl::StrFormat("%slength=%d fnv1a=%016x\n%s", kHeader, body.size(), base::Fnv1a64(body), body);
   return base::WriteFileDurably(FleetStatePath(state_dir), text, 0640, /*keep_previous=*/true);
 }
 
