@@ -53,7 +53,7 @@ struct pvemu_kvm_options {
   /* Standalone: a policy file, or a shipped or installed policy's name
    * ("kvm", "default"): the whole policy, as `pvemud --policy`. */
   const char *policy;
-  /* Subscribed: pvemud's address ("unix:/run/pvemu/pvemud.sock", or a path).
+  /* Subscribed: pvemud's address ("unix:/run/pvemu/pvemu.sock", or a path).
    * Exactly one of `policy` and `server` is set. */
   const char *server;
   /* Subscribed: how long open waits for the first policy, in milliseconds

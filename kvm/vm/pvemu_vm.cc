@@ -186,7 +186,7 @@ Flags ParseFlags(int argc, char** argv) {
         f.policy = arg;
         break;
       case kServer:
-        if (*arg == '\0') Fail("--server is empty: give pvemud's address (unix:/run/pvemu/pvemud.sock)");
+        if (*arg == '\0') Fail("--server is empty: give pvemud's address (unix:/run/pvemu/pvemu.sock)");
         f.server = arg;
         break;
       case kHost:
