@@ -52,7 +52,30 @@ absl::Status Applier::Refuse(int64_t revision, const absl::Status& why, const La
 }
 
 absl::Status Applier::Apply(int64_t revision, LayerSet layers) {
-  absl::MutexLock lock(&mu_);
+  std::optional<v1::FleetState> to_save;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = ApplyLocked(revision, std::move(layers), &to_save);
+  }
+  // The state file is written after the lock is released, so an edit
+  // waiting for this revision (WaitSeen) is acknowledged without waiting for
+  // the file's fsyncs: the policy is in force and etcd holds it; the file
+  // only serves a restart while etcd is down. Only the watcher thread
+  // applies, so the files are written in revision order.
+  if (to_save.has_value()) {
+    absl::Status saved = WriteFleetState(state_dir_, *to_save);
+    if (!saved.ok()) {
+      std::fprintf(stderr, "pvemud: fleet: revision %lld applied but not saved: %s\n",
+                   static_cast<long long>(to_save->revision()),
+                   std::string(saved.message()).c_str());
+    }
+  }
+  return status;
+}
+
+absl::Status Applier::ApplyLocked(int64_t revision, LayerSet layers,
+                                  std::optional<v1::FleetState>* to_save) {
   if (revision <= view_.seen_revision) return absl::OkStatus();
   // Only this host's keys count (the caller read exactly those).
   for (auto it = layers.begin(); it != layers.end();) {
@@ -99,17 +122,10 @@ absl::Status Applier::Apply(int64_t revision, LayerSet layers) {
   view_.last_error.reset();
   ++changes_;
   if (!state_dir_.empty()) {
-    v1::FleetState state;
+    v1::FleetState& state = to_save->emplace();
     state.set_revision(revision);
     state.set_endpoints(url_);
     for (const auto& [key, value] : view_.layers) (*state.mutable_layers())[key] = value;
-    absl::Status saved = WriteFleetState(state_dir_, state);
-    // The policy is in force either way (etcd holds it); only a restart
-    // while etcd is down would start from an older state.
-    if (!saved.ok()) {
-      std::fprintf(stderr, "pvemud: fleet: revision %lld applied but not saved: %s\n",
-                   static_cast<long long>(revision), std::string(saved.message()).c_str());
-    }
   }
   return absl::OkStatus();
 }

@@ -76,6 +76,11 @@ class Applier {
   uint64_t changes() const;
 
  private:
+  // Apply's work under mu_; sets *to_save to the state to write once the
+  // lock is released.
+  absl::Status ApplyLocked(int64_t revision, LayerSet layers,
+                           std::optional<v1::FleetState>* to_save)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Refuse(int64_t revision, const absl::Status& why, const LayerSet& layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
