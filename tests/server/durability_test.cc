@@ -88,8 +88,13 @@ TEST(DurabilityTest, EveryAcknowledgedEditSurvivesSigkill) {
       request.mutable_layer()->set_domain(9);
       v1::GetPolicyResponse response;
       grpc::Status status = stub->GetPolicy(&context, request, &response);
-      if (acknowledged.empty()) {
-        ASSERT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+      // No overlay yet is fine only while nothing was acknowledged. The
+      // converse does not hold: an edit made durable just before the kill
+      // may be present although its answer never arrived (a slow machine,
+      // or ASan, makes that window wide).
+      if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+        ASSERT_TRUE(acknowledged.empty())
+            << "round " << round << ": " << acknowledged.size() << " acknowledged edits lost";
       } else {
         ASSERT_TRUE(status.ok()) << "round " << round << ": " << status.error_message();
         std::set<std::string> present;
