@@ -91,14 +91,13 @@ class Dispatcher::DomainView final : public emulator::Domain {
                             emulator::Host& host) const override {
     const policy::CpuidDecision* d = snap_->Cpuid(leaf, subleaf);
     if (d != nullptr && d->source == v1::CpuidEntry::CONST) {
-      return {d->set[0], d->set[1], d->set[2], d->set[3]};
+      return {d->set[0], d->set[1], d->set[2], d->set[3]};  // no host read needed
     }
     emulator::CpuidRegs r = host.Cpuid(leaf, subleaf);
     if (d != nullptr) {
-      r.eax = (r.eax & ~d->clear[0]) | d->set[0];
-      r.ebx = (r.ebx & ~d->clear[1]) | d->set[1];
-      r.ecx = (r.ecx & ~d->clear[2]) | d->set[2];
-      r.edx = (r.edx & ~d->clear[3]) | d->set[3];
+      uint32_t regs[4] = {r.eax, r.ebx, r.ecx, r.edx};
+      d->Apply(regs);
+      r = {regs[0], regs[1], regs[2], regs[3]};
     }
     return r;
   }

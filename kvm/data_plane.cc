@@ -72,17 +72,12 @@ pvemu::v1::Vendor ExplicitGuestVendor(const pvemu::v1::Policy& policy, uint32_t 
   return policy.default_().guest_vendor();
 }
 
-// The registers a CPUID decision gives over `base` (the host's or KVM's).
+// Leaf `leaf` as `d` decides it over the host backend's value.
 void ApplyDecision(const policy::CpuidDecision& d, const emulator::CpuidRegs& host,
                    CpuidLeaf* leaf) {
-  if (d.source == pvemu::v1::CpuidEntry::CONST) {
-    leaf->eax = d.set[0], leaf->ebx = d.set[1], leaf->ecx = d.set[2], leaf->edx = d.set[3];
-    return;
-  }
-  leaf->eax = (host.eax & ~d.clear[0]) | d.set[0];
-  leaf->ebx = (host.ebx & ~d.clear[1]) | d.set[1];
-  leaf->ecx = (host.ecx & ~d.clear[2]) | d.set[2];
-  leaf->edx = (host.edx & ~d.clear[3]) | d.set[3];
+  uint32_t regs[4] = {host.eax, host.ebx, host.ecx, host.edx};
+  d.Apply(regs);
+  leaf->eax = regs[0], leaf->ebx = regs[1], leaf->ecx = regs[2], leaf->edx = regs[3];
 }
 
 // The vendor string of CPUID leaf 0 (EBX, EDX, ECX order).

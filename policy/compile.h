@@ -74,6 +74,15 @@ struct CpuidDecision {
   uint32_t set[4] = {0, 0, 0, 0};    // eax, ebx, ecx, edx
   uint32_t clear[4] = {0, 0, 0, 0};
   std::string origin;  // "FILE:LINE"
+
+  // The leaf as this decision gives it, from the host's EAX..EDX in
+  // `regs` (replaced for CONST, masked for HOST): the one rule every
+  // consumer of a CPUID decision applies (the trap path, KVM's CPUID table).
+  void Apply(uint32_t regs[4]) const {
+    for (int i = 0; i < 4; ++i) {
+      regs[i] = source == pvemu::v1::CpuidEntry::CONST ? set[i] : (regs[i] & ~clear[i]) | set[i];
+    }
+  }
 };
 
 struct TscConfig {
