@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "tests/fleet/etcd_process.h"
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "grpcpp/create_channel.h"
@@ -35,18 +36,6 @@ namespace pvemu::bench {
 namespace {
 
 constexpr char kEtcd[] = "/usr/bin/etcd";
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // One etcd member on loopback, in a directory of its own, and three
 // fleet-mode pvemud on it (h1 and h2 Intel, h3 AMD).
@@ -70,7 +59,7 @@ struct FleetWorld {
       error = "cannot make a temporary directory";
       return;
     }
-    const int client_port = FreePort(), peer_port = FreePort();
+    const int client_port = testing::FreePort(), peer_port = testing::FreePort();
     endpoint = absl::StrCat("127.0.0.1:", client_port);
     std::vector<std::string> args = {
         kEtcd,
@@ -86,16 +75,7 @@ struct FleetWorld {
         "--logger=zap",
         "--log-outputs=" + dir + "/etcd.log",
     };
-    etcd = fork();
-    if (etcd == 0) {
-      std::freopen("/dev/null", "w", stdout);
-      std::freopen((dir + "/etcd.stderr").c_str(), "w", stderr);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    etcd = testing::SpawnQuiet(std::move(args), dir + "/etcd.stderr");
     // etcd answers etcdctl before pvemu's client is made (see the report of
     // issue 19's bench: a channel made while etcd started spent 20 s in
     // connection attempts that saw no SETTINGS frame).

@@ -20,22 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "tests/fleet/etcd_process.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class EtcdCluster {
  public:
@@ -77,17 +65,7 @@ class EtcdCluster {
         "--logger=zap",
         "--log-outputs=" + dir_ + "/" + m.name + ".log",
     };
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::freopen("/dev/null", "w", stdout);
-      std::freopen((dir_ + "/" + m.name + ".stderr").c_str(), "a", stderr);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    m.pid = pid;
+    m.pid = SpawnQuiet(std::move(args), dir_ + "/" + m.name + ".stderr");
   }
 
   // SIGKILL, as a crash; the data dir stays for a restart.

@@ -74,16 +74,7 @@ class FleetTlsTest : public ::testing::Test {
         "--logger=zap",
         "--log-outputs=" + dir_ + "/etcd.log",
     };
-    etcd_ = fork();
-    if (etcd_ == 0) {
-      std::freopen("/dev/null", "w", stdout);
-      std::freopen((dir_ + "/etcd.stderr").c_str(), "w", stderr);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    etcd_ = SpawnQuiet(std::move(args), dir_ + "/etcd.stderr");
     // etcdctl over the same TLS, bounded to 20 s.
     bool healthy = false;
     for (int i = 0; i < 40 && !healthy; ++i) {
