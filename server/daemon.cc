@@ -141,6 +141,7 @@ class DaemonImpl final : public Daemon {
 // state_dir/audit.log, with who, when, generation and what changed.
 void DaemonImpl::OnEdit(const policy::EditEvent& edit) {
   emulator_service_->CountEdit();
+  kvm_attachments_.PolicyChanged(edit.generation);
   std::string line = absl::StrCat(absl::FormatTime(absl::RFC3339_sec, absl::Now(),
                                                    absl::UTCTimeZone()),
                                   " edit generation=", edit.generation, " ", edit.method,

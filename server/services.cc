@@ -561,6 +561,19 @@ std::vector<KvmAttachments::Attachment> KvmAttachments::List() const {
   return out;
 }
 
+void KvmAttachments::PolicyChanged(uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  announced_generation_ = generation;
+}
+
+bool KvmAttachments::WaitForPolicy(uint64_t sent, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto moved = [this, sent]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return announced_generation_ != sent;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&moved), timeout);
+}
+
 KvmAttachments::Counts KvmAttachments::counts() const {
   absl::MutexLock lock(&mu_);
   return counts_;
@@ -584,9 +597,9 @@ grpc::Status KvmServiceImpl::SubscribePolicy(grpc::ServerContext* context,
       sent = snap->generation();
       continue;
     }
-    // An edit reaches the data plane within this poll interval plus one
-    // message: well inside the 100 ms a running guest may wait for it.
-    absl::SleepFor(absl::Milliseconds(2));
+    // Woken by the edit listener; the timeout only bounds how late a
+    // cancelled stream notices.
+    attachments_.WaitForPolicy(sent, absl::Milliseconds(200));
   }
   attachments_.Detach(key);
   return grpc::Status::OK;

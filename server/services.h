@@ -63,11 +63,19 @@ class KvmAttachments {
   std::vector<Attachment> List() const;  // by domain, then pid
   Counts counts() const;
 
+  // The policy moved to `generation` (the daemon's edit listener calls this).
+  void PolicyChanged(uint64_t generation);
+  // Waits until a generation other than `sent` was announced, or `timeout`
+  // passed; returns whether one was. Policy streams wait here instead of
+  // polling the store.
+  bool WaitForPolicy(uint64_t sent, absl::Duration timeout) const;
+
  private:
   mutable absl::Mutex mu_;
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Attachment> by_key_ ABSL_GUARDED_BY(mu_);
   Counts counts_ ABSL_GUARDED_BY(mu_);
+  uint64_t announced_generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class PolicyServiceImpl final : public v1::PolicyService::Service {
