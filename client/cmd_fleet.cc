@@ -180,7 +180,11 @@ absl::Status Apply() {
   v1::FleetApplyRequest request;
   request.set_layer(layer);
   const std::string file = absl::GetFlag(FLAGS_f);
-  if (file.empty()) return absl::InvalidArgumentError("-f FILE is required");
+  if (file.empty()) {
+    return absl::InvalidArgumentError(
+        "fleet apply: -f FILE is required: give the policy file whose `default` (and any "
+        "`domain` overlays) becomes the layer");
+  }
   RETURN_IF_ERROR(ReadFileToString(file, request.mutable_textproto()));
   request.set_source_name(file);
   ASSIGN_OR_RETURN(int64_t if_revision, IfRevision());
