@@ -175,7 +175,9 @@ Dispatcher::Dispatcher(const policy::Store& store, emulator::Host& host, AuditHu
 
 Dispatcher::~Dispatcher() = default;
 
-std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
+std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() { return NewSession(host_); }
+
+std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession(emulator::Host& host) {
   auto counters = std::make_unique<Session::Counters>();
   if (options_.count_by_domain_and_msr) counters->tables = std::make_unique<TrapCountTables>();
   Session::Counters* raw = counters.get();
@@ -183,7 +185,7 @@ std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession() {
     absl::MutexLock lock(&mu_);
     counters_.push_back(std::move(counters));
   }
-  return std::unique_ptr<Session>(new Session(this, raw));
+  return std::unique_ptr<Session>(new Session(this, raw, host));
 }
 
 TrapStats Dispatcher::Stats() const {
@@ -194,8 +196,9 @@ TrapStats Dispatcher::Stats() const {
   return s;
 }
 
-Dispatcher::Session::Session(Dispatcher* owner, Counters* counters)
+Dispatcher::Session::Session(Dispatcher* owner, Counters* counters, emulator::Host& host)
     : owner_(owner),
+      host_(host),
       reader_(owner->store_),
       counters_(counters),
       tables_(counters->tables.get()),
@@ -409,7 +412,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   emulator::Instruction& decoded = insn != nullptr ? *insn : local;
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
-      emulator::DecodeAndEmulateWith(trap, *view_, owner_->host_, &decoded, &decode_error);
+      emulator::DecodeAndEmulateWith(trap, *view_, host_, &decoded, &decode_error);
   // The trap counters are GetStats: always on, in both configurations.
   Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
   if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);

@@ -104,7 +104,7 @@ class Dispatcher {
     friend class Dispatcher;
     friend struct DispatchTesting;  // dispatch/dispatch_testing.h
     struct Counters;
-    Session(Dispatcher* owner, Counters* counters);
+    Session(Dispatcher* owner, Counters* counters, emulator::Host& host);
     // kObservers false: the same path without the observer test, for the
     // benchmark that proves switched-off features cost nothing.
     template <bool kObservers>
@@ -131,6 +131,7 @@ class Dispatcher {
     const CachedDomain& ForDomain(const policy::Snapshot& snapshot, uint32_t domain);
 
     Dispatcher* owner_;
+    emulator::Host& host_;  // the dispatcher's, unless NewSession(host)
     policy::SnapshotReader reader_;
     Counters* counters_;  // owned by the dispatcher until the session ends
     TrapCountTables* tables_;  // counters_'s; null unless count_by_domain_and_msr
@@ -142,6 +143,11 @@ class Dispatcher {
   };
 
   std::unique_ptr<Session> NewSession();
+  // A session whose host is `host` instead of the dispatcher's (it must
+  // outlive the session): for a trap source that knows better than the
+  // physical host what some host reads give, as Xen's vm_event knows the
+  // CPUID answer Xen computed for the guest (server/hosts/xen/xen_monitor.h).
+  std::unique_ptr<Session> NewSession(emulator::Host& host);
 
   // Reports every handled trap to `observer` while it is active (a
   // capture, the audit hub, ...). It must outlive the dispatcher or be

@@ -33,6 +33,7 @@
 #include "server/metrics_http.h"
 #include "server/services.h"
 #include "server/hosts/xen/xen_monitor.h"
+#include "server/hosts/xen/xen_port_server.h"
 #include "server/hosts/xen/xen_vm_event.h"
 
 namespace pvemu::server {
@@ -86,6 +87,7 @@ class DaemonImpl final : public Daemon {
     // First release every guest vCPU the monitors hold (they answer what is
     // still on their rings), then stop serving.
     for (auto& monitor : monitors_) monitor->Stop();
+    for (auto& ports : port_servers_) ports->Stop();
     if (listener_ != nullptr) listener_->Stop();
     audit_.Shutdown();
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() +
@@ -123,6 +125,7 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
   std::unique_ptr<dispatch::TrapCapture> capture_;
   std::vector<std::unique_ptr<XenMonitor>> monitors_;
+  std::vector<std::unique_ptr<XenPortServer>> port_servers_;
   PeerTable peers_;
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<PolicyServiceImpl> policy_service_;
@@ -333,10 +336,13 @@ absl::Status DaemonImpl::StartFleet(const DaemonOptions& options,
 }
 
 absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
-  if (options.monitor_domains.empty()) return absl::OkStatus();
-  if (options.monitor_msrs.empty()) {
-    return absl::InvalidArgumentError(
-        "--monitor-domain needs --monitor-msrs: the MSRs whose writes to decide");
+  if (options.monitor_domains.empty()) {
+    if (!options.monitor_msrs.empty() || !options.monitor_ports.empty()) {
+      return absl::InvalidArgumentError(
+          "--monitor-msrs and --monitor-ports say what to decide for --monitor-domain: "
+          "add --monitor-domain=N");
+    }
+    return absl::OkStatus();
   }
   if (dynamic_cast<XenHost*>(raw_host_) == nullptr) {
     return absl::InvalidArgumentError(
@@ -344,10 +350,17 @@ absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
   }
 #ifdef PVEMU_HAVE_XEN
   for (uint32_t domain : options.monitor_domains) {
+    // CPUID always: every CPUID of a monitored domain is answered from its
+    // policy (Xen's own answer where the policy says nothing).
     ASSIGN_OR_RETURN(std::unique_ptr<VmEventChannel> channel,
-                     OpenXenMonitorChannel(domain, options.monitor_msrs));
+                     OpenXenMonitorChannel(domain, options.monitor_msrs, /*cpuid=*/true));
     monitors_.push_back(std::make_unique<XenMonitor>(*dispatcher_, std::move(channel)));
     monitors_.back()->Start();
+    if (options.monitor_ports.empty()) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<IoreqChannel> ioreq,
+                     OpenXenIoreqChannel(domain, options.monitor_ports));
+    port_servers_.push_back(std::make_unique<XenPortServer>(*dispatcher_, std::move(ioreq)));
+    port_servers_.back()->Start();
   }
   return absl::OkStatus();
 #else

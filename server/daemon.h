@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/hosts/xen/xen_ioreq.h"
 
 namespace pvemu::server {
 
@@ -34,10 +35,13 @@ struct DaemonOptions {
   // (domain, MSR, access, action) for `pvemuctl stats --msrs`; on also
   // whenever `metrics` is set. Off, a trap pays nothing for it.
   bool count_msrs = false;
-  // xen only: watch these HVM domains' writes of these MSRs on Xen's
-  // vm_event ring and answer them from the policy (server/xen_monitor.h).
+  // xen only: watch these HVM domains on Xen's vm_event ring and answer
+  // from the policy their CPUID and their writes of `monitor_msrs`
+  // (server/hosts/xen/xen_monitor.h), and, through an ioreq server, their
+  // port I/O to `monitor_ports` (server/hosts/xen/xen_port_server.h).
   std::vector<uint32_t> monitor_domains;
   std::vector<uint32_t> monitor_msrs;
+  std::vector<PortSpan> monitor_ports;
   // Fleet mode (server/fleet/fleet.h): take the policy's layers from etcd,
   // etcd://HOST:PORT[,HOST:PORT...][/PREFIX]. "" (the default): none, and
   // pvemud works exactly as without fleet mode.

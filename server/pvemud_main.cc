@@ -10,7 +10,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "x86/msr_catalog.h"
 #include "server/daemon.h"
@@ -40,9 +43,14 @@ ABSL_FLAG(std::string, tls_client_ca, "", "TCP: CA that signs client certificate
 ABSL_FLAG(std::string, capture, "",
           "record every trap and its outcome to this trap log (.traps or .textproto); off by default");
 ABSL_FLAG(std::vector<std::string>, monitor_domain, {},
-          "xen: HVM domains whose MSR writes to watch on Xen's vm_event ring (comma-separated)");
+          "xen: HVM domains (comma-separated) whose CPUID, and writes of --monitor-msrs, "
+          "pvemud answers on Xen's vm_event ring");
 ABSL_FLAG(std::vector<std::string>, monitor_msrs, {},
           "xen: the MSRs (names or numbers, comma-separated) whose writes --monitor-domain decides");
+ABSL_FLAG(std::vector<std::string>, monitor_ports, {},
+          "xen: I/O ports PORT or FIRST-LAST (comma-separated) that pvemud claims on "
+          "--monitor-domain domains through a Xen ioreq server and answers from io_port policy; "
+          "taken from the domain's device model (QEMU)");
 ABSL_FLAG(std::string, metrics, "",
           "serve GET /metrics (Prometheus text format) over HTTP on exactly HOST:PORT, "
           "e.g. 127.0.0.1:9464; off by default. Implies --count-msrs");
@@ -76,6 +84,28 @@ void NormaliseFlagNames(int argc, char** argv) {
       if (*p == '-') *p = '_';
     }
   }
+}
+
+// "0x510" or "0x510-0x51f" (numbers as C writes them: 0x hex, else decimal).
+absl::StatusOr<pvemu::server::PortSpan> ParsePortSpan(absl::string_view text) {
+  auto parse = [&](absl::string_view part, uint32_t* port) {
+    part = absl::StripAsciiWhitespace(part);
+    const bool hex = absl::ConsumePrefix(&part, "0x") || absl::ConsumePrefix(&part, "0X");
+    return !part.empty() &&
+           (hex ? absl::SimpleHexAtoi(part, port) : absl::SimpleAtoi(part, port)) &&
+           *port <= 0xffff;
+  };
+  const size_t dash = text.find('-');
+  uint32_t first = 0, last = 0;
+  if (!parse(text.substr(0, dash), &first) ||
+      !parse(dash == absl::string_view::npos ? text.substr(0, dash) : text.substr(dash + 1),
+             &last) ||
+      last < first) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a port or range: write PORT or FIRST-LAST, 0..0xffff, "
+        "FIRST <= LAST (e.g. 0x510 or 0x510-0x51f)"));
+  }
+  return pvemu::server::PortSpan{static_cast<uint16_t>(first), static_cast<uint16_t>(last)};
 }
 
 }  // namespace
@@ -146,6 +176,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.monitor_msrs.push_back(*msr);
+  }
+  for (const std::string& p : absl::GetFlag(FLAGS_monitor_ports)) {
+    absl::StatusOr<pvemu::server::PortSpan> span = ParsePortSpan(p);
+    if (!span.ok()) {
+      std::fprintf(stderr, "pvemud: --monitor-ports: %s\n",
+                   std::string(span.status().message()).c_str());
+      return 2;
+    }
+    options.monitor_ports.push_back(*span);
   }
 
   // Socket activation (pvemud.socket): serve on the socket systemd passed.

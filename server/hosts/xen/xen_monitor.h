@@ -1,16 +1,23 @@
 // XenMonitor: a trap source on Xen's monitor interface (vm_event), for HVM
-// guests. Xen reports each guest WRMSR to a monitored MSR as a
-// VM_EVENT_REASON_MOV_TO_MSR request on the domain's vm_event ring, with the
-// vCPU paused; XenMonitor turns it into a WRMSR trap through the Dispatcher
-// (the same policy/emulator path as every other trap source) and answers on
-// the ring: VM_EVENT_FLAG_DENY when the outcome is an exception or an ignored
-// write (Xen then drops the write), else allow (Xen commits it to the
-// guest's MSR state). Every request is answered and its vCPU released, also
-// on errors and when the monitor stops.
+// guests. Xen puts each event on the domain's vm_event ring with the vCPU
+// paused; XenMonitor turns it into a trap through the Dispatcher (the same
+// policy/emulator path as every other trap source) and answers on the ring.
+// Every request is answered and its vCPU released, also on errors and when
+// the monitor stops.
+//
+// - WRMSR to a monitored MSR (VM_EVENT_REASON_MOV_TO_MSR): VM_EVENT_FLAG_DENY
+//   when the outcome is an exception or an ignored write (Xen then drops the
+//   write), else allow (Xen commits it to the guest's MSR state).
+// - CPUID (VM_EVENT_REASON_CPUID): the trap's outcome is the answer, EAX..EDX
+//   and RIP past the instruction, loaded with VM_EVENT_FLAG_SET_REGISTERS.
+//   The "host" value a CPUID rule starts from is Xen's own answer for the
+//   guest, which the request carries: a leaf the policy does not mention
+//   gets exactly Xen's answer, a HOST rule masks Xen's answer, a CONST rule
+//   replaces it. An exception outcome is injected instead (RIP unchanged).
 //
 // What Xen does not report stays Xen's: RDMSR (there is no read event in
-// Xen 4.17), MSRs not monitored, CPUID. README.md, "Real Xen", says who
-// enforces what.
+// Xen 4.17), MSRs not monitored. README.md, "Real Xen", says who enforces
+// what.
 //
 // The ring is behind the VmEventChannel seam (server/hosts/xen_vm_event.h):
 // the libxenctrl/libxenevtchn implementation
@@ -23,13 +30,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "emulator/trap.h"
 #include "dispatch/dispatch.h"
+#include "server/hosts/xen/event_loop.h"
 #include "server/hosts/xen/xen_vm_event.h"
 
 namespace pvemu::server {
@@ -38,6 +43,11 @@ namespace pvemu::server {
 // RCX = the MSR, EDX:EAX = the new value, the rest of the registers, mode and
 // CPL as Xen reported them.
 emulator::Trap TrapFromMsrWrite(const VmEvent& event);
+
+// The CPUID trap a CPUID event stands for: instruction bytes 0f a2, EAX/ECX
+// = the event's leaf/subleaf (the request's RAX..RDX hold Xen's answer by
+// then), the rest of the registers as Xen reported them.
+emulator::Trap TrapFromCpuid(const VmEvent& event);
 
 // Whether the write was ignored, not done: the policy's write action for
 // `msr` in the snapshot is IGNORE, or it drops writes that change bits
@@ -49,6 +59,7 @@ struct XenMonitorStats {
   uint64_t events = 0;    // requests answered
   uint64_t msr_writes = 0;
   uint64_t denied = 0;
+  uint64_t cpuid = 0;     // CPUID events answered from the policy
   uint64_t other = 0;     // requests of other reasons (answered, not decided)
 };
 
@@ -71,21 +82,20 @@ class XenMonitor {
   // stays paused. Idempotent.
   void Stop();
   // The first error the loop met (the loop ends on it), or OK.
-  absl::Status loop_status() const;
+  absl::Status loop_status() const { return loop_.status(); }
 
   XenMonitorStats stats() const;
 
  private:
+  class XenAnswerHost;  // the dispatcher's host, but CPUID is Xen's answer
   VmEventResponse Decide(const VmEvent& event);
+  void DecideCpuid(const VmEvent& event, VmEventResponse* response);
 
-  dispatch::Dispatcher& dispatcher_;
+  std::unique_ptr<XenAnswerHost> host_;
   std::unique_ptr<dispatch::Dispatcher::Session> session_;
   std::unique_ptr<VmEventChannel> channel_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  mutable absl::Mutex mu_;
-  absl::Status loop_status_ ABSL_GUARDED_BY(mu_);  // set by the loop thread
-  std::atomic<uint64_t> events_{0}, msr_writes_{0}, denied_{0}, other_{0};
+  EventLoop loop_;
+  std::atomic<uint64_t> events_{0}, msr_writes_{0}, denied_{0}, cpuid_{0}, other_{0};
 };
 
 }  // namespace pvemu::server

@@ -20,6 +20,7 @@ namespace pvemu::server {
 struct VmEvent {
   enum class Kind : uint8_t {
     kMsrWrite,  // VM_EVENT_REASON_MOV_TO_MSR
+    kCpuid,     // VM_EVENT_REASON_CPUID
     kOther,     // any other reason: answered without a decision
   };
   Kind kind = Kind::kOther;
@@ -30,7 +31,15 @@ struct VmEvent {
   uint32_t msr = 0;
   uint64_t new_value = 0;
   uint64_t old_value = 0;
-  // The vCPU's state at the write (from the request's x86 registers).
+  // CPUID. Xen sends the event after it computed its own answer from the
+  // domain's CPU policy and put it in the request's RAX..RDX, with RIP still
+  // at the instruction (xen/arch/x86/hvm/hvm.c, hvm_vmexit_cpuid, then
+  // hvm/monitor.c, hvm_monitor_cpuid: a sync event, so Xen does not advance
+  // RIP; the answer must).
+  uint32_t leaf = 0;
+  uint32_t subleaf = 0;
+  uint32_t insn_length = 0;
+  // The vCPU's state at the event (from the request's x86 registers).
   emulator::Mode mode = emulator::Mode::k64;
   uint8_t cpl = 0;
   emulator::Regs regs;  // rip, rflags and the general registers
@@ -45,6 +54,17 @@ struct VmEventResponse {
   uint32_t vcpu = 0;
   bool release_vcpu = false;  // VM_EVENT_FLAG_VCPU_PAUSED (unpause the vCPU)
   bool deny = false;          // VM_EVENT_FLAG_DENY (Xen drops the write)
+  // VM_EVENT_FLAG_SET_REGISTERS: Xen loads the general registers, RIP and
+  // RFLAGS from `regs` before the vCPU resumes (xen/arch/x86/vm_event.c,
+  // vm_event_set_registers; hvm/vm_event.c applies them).
+  bool set_registers = false;
+  emulator::Regs regs;
+  // An exception to inject before the vCPU resumes (libxendevicemodel's
+  // inject_event); RIP stays at the instruction, as the fault requires.
+  bool inject = false;
+  uint8_t vector = 0;
+  bool has_error_code = false;
+  uint32_t error_code = 0;
   uint32_t raw_reason = 0;
   uint32_t raw_altp2m_idx = 0;
   uint32_t raw_version = 0;
@@ -66,13 +86,14 @@ class VmEventChannel {
 
 #ifdef PVEMU_HAVE_XEN
 // Enables Xen's monitor on `domain` (xc_monitor_enable), binds its event
-// channel (libxenevtchn) and subscribes to writes of `msrs`
-// (xc_monitor_mov_to_msr). The channel's destructor unsubscribes, disables
-// the monitor and unbinds. FailedPrecondition naming the failed call (the
+// channel (libxenevtchn), subscribes to writes of `msrs`
+// (xc_monitor_mov_to_msr) and, with `cpuid`, to every CPUID the domain
+// executes (xc_monitor_cpuid). The channel's destructor unsubscribes,
+// disables the monitor and unbinds. FailedPrecondition naming the failed call (the
 // domain is PV, unknown, already monitored, ...). In
 // server/hosts/xen_vm_event_libxc.cc.
 absl::StatusOr<std::unique_ptr<VmEventChannel>> OpenXenMonitorChannel(
-    uint32_t domain, absl::Span<const uint32_t> msrs);
+    uint32_t domain, absl::Span<const uint32_t> msrs, bool cpuid);
 #endif
 
 }  // namespace pvemu::server

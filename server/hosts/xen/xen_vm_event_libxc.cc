@@ -4,6 +4,7 @@
 // and is one of the two files that include Xen's headers.
 extern "C" {
 #include <xenctrl.h>
+#include <xendevicemodel.h>
 #include <xenevtchn.h>
 #include <xen/vm_event.h>
 }
@@ -12,6 +13,7 @@ extern "C" {
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -61,6 +63,7 @@ class LibxcVmEventChannel final : public VmEventChannel {
   ~LibxcVmEventChannel() override {
     if (xch_ != nullptr) {
       for (uint32_t msr : msrs_) xc_monitor_mov_to_msr(xch_, domain_, msr, false, false);
+      if (cpuid_) xc_monitor_cpuid(xch_, domain_, false);
       // Disabling the monitor unpauses any vCPU still waiting for an answer.
       if (ring_page_ != nullptr) xc_monitor_disable(xch_, domain_);
     }
@@ -69,10 +72,11 @@ class LibxcVmEventChannel final : public VmEventChannel {
       xenevtchn_close(xce_);
     }
     if (ring_page_ != nullptr) munmap(ring_page_, XC_PAGE_SIZE);
+    if (dmod_ != nullptr) xendevicemodel_close(dmod_);
     if (xch_ != nullptr) xc_interface_close(xch_);
   }
 
-  absl::Status Open(uint32_t domain, absl::Span<const uint32_t> msrs) {
+  absl::Status Open(uint32_t domain, absl::Span<const uint32_t> msrs, bool cpuid) {
     domain_ = domain;
     errno = 0;
     xch_ = xc_interface_open(nullptr, nullptr, 0);
@@ -97,6 +101,14 @@ class LibxcVmEventChannel final : public VmEventChannel {
       }
       msrs_.push_back(msr);
     }
+    if (cpuid) {
+      errno = 0;
+      if (xc_monitor_cpuid(xch_, domain, true) != 0) return Failed("xc_monitor_cpuid", domain);
+      cpuid_ = true;
+    }
+    errno = 0;
+    dmod_ = xendevicemodel_open(nullptr, 0);
+    if (dmod_ == nullptr) return Failed("xendevicemodel_open", domain);
     return absl::OkStatus();
   }
 
@@ -139,15 +151,27 @@ class LibxcVmEventChannel final : public VmEventChannel {
     event->raw_reason = req.reason;
     event->raw_altp2m_idx = req.altp2m_idx;
     event->raw_version = req.version;
-    if (req.version != VM_EVENT_INTERFACE_VERSION ||
-        req.reason != VM_EVENT_REASON_MOV_TO_MSR) {
+    if (req.version != VM_EVENT_INTERFACE_VERSION) {
       event->kind = VmEvent::Kind::kOther;
       return true;
     }
-    event->kind = VmEvent::Kind::kMsrWrite;
-    event->msr = static_cast<uint32_t>(req.u.mov_to_msr.msr);
-    event->new_value = req.u.mov_to_msr.new_value;
-    event->old_value = req.u.mov_to_msr.old_value;
+    switch (req.reason) {
+      case VM_EVENT_REASON_MOV_TO_MSR:
+        event->kind = VmEvent::Kind::kMsrWrite;
+        event->msr = static_cast<uint32_t>(req.u.mov_to_msr.msr);
+        event->new_value = req.u.mov_to_msr.new_value;
+        event->old_value = req.u.mov_to_msr.old_value;
+        break;
+      case VM_EVENT_REASON_CPUID:
+        event->kind = VmEvent::Kind::kCpuid;
+        event->leaf = req.u.cpuid.leaf;
+        event->subleaf = req.u.cpuid.subleaf;
+        event->insn_length = req.u.cpuid.insn_length;
+        break;
+      default:
+        event->kind = VmEvent::Kind::kOther;
+        return true;
+    }
     const vm_event_regs_x86& r = req.data.regs.x86;
     event->mode = ModeOf(r);
     event->cpl = static_cast<uint8_t>((r.ss.ar >> 5) & 3);
@@ -168,6 +192,31 @@ class LibxcVmEventChannel final : public VmEventChannel {
     rsp.altp2m_idx = static_cast<uint16_t>(response.raw_altp2m_idx);
     if (response.release_vcpu) rsp.flags |= VM_EVENT_FLAG_VCPU_PAUSED;
     if (response.deny) rsp.flags |= VM_EVENT_FLAG_DENY;
+    if (response.set_registers) {
+      // Xen copies the whole x86 register block and applies the general
+      // registers, RIP and RFLAGS from it (hvm/vm_event.c,
+      // hvm_vm_event_set_registers); the rest is not read.
+      rsp.flags |= VM_EVENT_FLAG_SET_REGISTERS;
+      vm_event_regs_x86& r = rsp.data.regs.x86;
+      const uint64_t* g = response.regs.gpr;
+      r.rax = g[0], r.rcx = g[1], r.rdx = g[2], r.rbx = g[3];
+      r.rsp = g[4], r.rbp = g[5], r.rsi = g[6], r.rdi = g[7];
+      r.r8 = g[8], r.r9 = g[9], r.r10 = g[10], r.r11 = g[11];
+      r.r12 = g[12], r.r13 = g[13], r.r14 = g[14], r.r15 = g[15];
+      r.rip = response.regs.rip;
+      r.rflags = response.regs.rflags;
+    }
+    if (response.inject) {
+      // Queued on the paused vCPU; delivered when it resumes, before the
+      // faulting instruction runs again.
+      if (xendevicemodel_inject_event(dmod_, static_cast<domid_t>(domain_), response.vcpu,
+                                      response.vector, XEN_DMOP_EVENT_hw_exc,
+                                      response.has_error_code ? response.error_code : ~0u,
+                                      0, 0) != 0) {
+        std::fprintf(stderr, "pvemud: domain %u vcpu %u: injecting vector %u failed: %s\n",
+                     domain_, response.vcpu, response.vector, ErrnoText(LastErrno()).c_str());
+      }
+    }
     RING_IDX prod = ring_.rsp_prod_pvt;
     std::memcpy(RING_GET_RESPONSE(&ring_, prod), &rsp, sizeof(rsp));
     ++prod;
@@ -184,14 +233,16 @@ class LibxcVmEventChannel final : public VmEventChannel {
   void* ring_page_ = nullptr;
   vm_event_back_ring_t ring_ = {};
   std::vector<uint32_t> msrs_;
+  bool cpuid_ = false;
+  xendevicemodel_handle* dmod_ = nullptr;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<VmEventChannel>> OpenXenMonitorChannel(
-    uint32_t domain, absl::Span<const uint32_t> msrs) {
+    uint32_t domain, absl::Span<const uint32_t> msrs, bool cpuid) {
   auto channel = std::make_unique<LibxcVmEventChannel>();
-  if (absl::Status s = channel->Open(domain, msrs); !s.ok()) return s;
+  if (absl::Status s = channel->Open(domain, msrs, cpuid); !s.ok()) return s;
   return std::unique_ptr<VmEventChannel>(std::move(channel));
 }
 
