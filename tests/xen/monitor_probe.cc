@@ -1,5 +1,5 @@
 // xen-monitor-probe: exercises pvemu's vm_event ring code
-// (server/hosts/xen_vm_event_libxc.cc, OpenXenMonitorChannel) against the real
+// (server/hosts/xen/xen_vm_event_libxc.cc, OpenXenMonitorChannel) against the real
 // hypervisor in the e2e VM (tests/xen/run-e2e.sh). There is no toolstack
 // there, so it makes the smallest domain Xen will monitor: an empty HVM
 // (PVH-style) domain with one page for the vm_event ring and no code to run.
@@ -17,13 +17,6 @@
 // message, no crash.
 //
 // Prints "monitor-probe: ..." lines and "MONITOR PROBE OK"; exit 0 on success.
-#define XC_WANT_COMPAT_MAP_FOREIGN_API 1  // xc_map_foreign_range
-extern "C" {
-#include <xenctrl.h>
-#include <xen/hvm/params.h>
-#include <xen/hvm/save.h>
-}
-
 #include <sys/mman.h>
 #include <time.h>
 
@@ -37,13 +30,12 @@ extern "C" {
 #include "absl/status/status.h"
 
 #include "server/hosts/xen/xen_vm_event.h"
+#include "tests/xen/tiny_hvm.h"
 
 namespace {
 
-int Fail(const char* what) {
-  std::printf("monitor-probe: %s failed: %s\n", what, std::strerror(errno));
-  return 1;
-}
+constexpr char kTool[] = "monitor-probe";
+int Fail(const char* what) { return tiny_hvm::Fail(kTool, what); }
 
 // The guest: 32-bit protected mode, flat segments, paging off, at 0x1000.
 constexpr uint8_t kGuestCode[] = {
@@ -64,49 +56,6 @@ constexpr uint8_t kGuestCode[] = {
     0xeb, 0xfd,                                // 1030 jmp 102f
 };
 
-// Loads vCPU 0 of `domid` with the guest's start state, as libxenguest does
-// for PVH (HVM save records HEADER, CPU, END).
-int SetBootCpu(xc_interface* xch, uint32_t domid, uint32_t rip) {
-  int size = xc_domain_hvm_getcontext(xch, domid, nullptr, 0);
-  if (size <= 0) return Fail("xc_domain_hvm_getcontext (size)");
-  std::vector<uint8_t> full(size);
-  if (xc_domain_hvm_getcontext(xch, domid, full.data(), size) <= 0) {
-    return Fail("xc_domain_hvm_getcontext");
-  }
-  struct {
-    hvm_save_descriptor header_d;
-    HVM_SAVE_TYPE(HEADER) header;
-    hvm_save_descriptor cpu_d;
-    HVM_SAVE_TYPE(CPU) cpu;
-    hvm_save_descriptor end_d;
-    HVM_SAVE_TYPE(END) end;
-  } ctx;
-  std::memset(&ctx, 0, sizeof(ctx));
-  std::memcpy(&ctx.header_d, full.data(), sizeof(ctx.header_d) + sizeof(ctx.header));
-  ctx.cpu_d.typecode = HVM_SAVE_CODE(CPU);
-  ctx.cpu_d.instance = 0;
-  ctx.cpu_d.length = HVM_SAVE_LENGTH(CPU);
-  auto& c = ctx.cpu;
-  c.cs_limit = c.ds_limit = c.es_limit = c.ss_limit = 0xffffffff;
-  c.cs_arbytes = 0xc9b;  // 32-bit code, DPL 0, present, 4K granular
-  c.ds_arbytes = c.es_arbytes = c.ss_arbytes = 0xc93;
-  c.tr_arbytes = 0x8b;
-  c.tr_limit = 0x67;
-  c.cr0 = 0x11;  // PE | ET
-  c.rip = rip;
-  c.rflags = 0x2;
-  c.rsp = 0x3000;
-  c.dr6 = 0xffff0ff0;
-  c.dr7 = 0x400;
-  ctx.end_d.typecode = HVM_SAVE_CODE(END);
-  ctx.end_d.length = HVM_SAVE_LENGTH(END);
-  if (xc_domain_hvm_setcontext(xch, domid, reinterpret_cast<uint8_t*>(&ctx),
-                               sizeof(ctx)) != 0) {
-    return Fail("xc_domain_hvm_setcontext");
-  }
-  return 0;
-}
-
 double Now() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -118,11 +67,8 @@ double Now() {
 int RunGuest(xc_interface* xch, uint32_t domid, pvemu::server::VmEventChannel& channel) {
   using pvemu::server::VmEvent;
   using pvemu::server::VmEventResponse;
-  void* code = xc_map_foreign_range(xch, domid, XC_PAGE_SIZE, PROT_READ | PROT_WRITE, 1);
-  if (code == nullptr) return Fail("xc_map_foreign_range (code page)");
-  std::memcpy(code, kGuestCode, sizeof(kGuestCode));
-  munmap(code, XC_PAGE_SIZE);
-  if (SetBootCpu(xch, domid, 0x1000) != 0) return 1;
+  if (tiny_hvm::LoadCode(xch, kTool, domid, kGuestCode, sizeof(kGuestCode)) != 0) return 1;
+  if (tiny_hvm::SetBootCpu(xch, kTool, domid, 0x1000, 0x3000) != 0) return 1;
   if (xc_domain_unpause(xch, domid) != 0) return Fail("xc_domain_unpause");
   std::printf("monitor-probe: guest running: wrmsr 0x174 <- 0x1234 (allow), <- 0x5678 (deny)\n");
 
@@ -186,44 +132,16 @@ int main() {
   xc_interface* xch = xc_interface_open(nullptr, nullptr, 0);
   if (xch == nullptr) return Fail("xc_interface_open");
 
-  xen_domctl_createdomain config;
-  std::memset(&config, 0, sizeof(config));
-  config.flags = XEN_DOMCTL_CDF_hvm | XEN_DOMCTL_CDF_hap;
-  config.max_vcpus = 1;
-  config.max_evtchn_port = 1023;
-  config.max_grant_frames = -1;
-  config.max_maptrack_frames = -1;
-  config.grant_opts = XEN_DOMCTL_GRANT_version(1);
-  config.arch.emulation_flags = XEN_X86_EMU_LAPIC;  // PVH-style: no device model
   uint32_t domid = 0;
-  if (xc_domain_create(xch, &domid, &config) != 0) {
-    int rc = Fail("xc_domain_create (HVM, HAP)");
+  int rc = tiny_hvm::Create(xch, kTool, &domid);
+  if (rc != 0 && domid == 0) {
     xc_interface_close(xch);
     return rc;
   }
   std::printf("monitor-probe: created empty HVM domain %u\n", domid);
-
-  int rc = 0;
-  const xen_pfn_t ring_gfn = 0x100;
-  xen_pfn_t gfn = ring_gfn;
-  // XEN_DOMCTL_max_vcpus still allocates the vCPUs in 4.17, and vm_event
-  // refuses a domain without vCPU 0.
-  if (xc_domain_max_vcpus(xch, domid, 1) != 0) {
-    rc = Fail("xc_domain_max_vcpus");
-  } else if (xc_domain_setmaxmem(xch, domid, 4096) != 0) {
-    rc = Fail("xc_domain_setmaxmem");
-  } else if (xc_set_paging_mempool_size(xch, domid, 4 << 20) != 0 && errno != EOPNOTSUPP) {
-    rc = Fail("xc_set_paging_mempool_size");
-  } else if (xc_domain_populate_physmap_exact(xch, domid, 1, 0, 0, &gfn) != 0) {
-    rc = Fail("xc_domain_populate_physmap_exact (ring)");
-  } else if (std::vector<xen_pfn_t> ram = {0, 1, 2, 3};
-             xc_domain_populate_physmap_exact(xch, domid, ram.size(), 0, 0, ram.data()) != 0) {
-    rc = Fail("xc_domain_populate_physmap_exact (guest RAM)");
-  } else if (xc_hvm_param_set(xch, domid, HVM_PARAM_MONITOR_RING_PFN, ring_gfn) != 0) {
-    rc = Fail("xc_hvm_param_set(HVM_PARAM_MONITOR_RING_PFN)");
-  } else {
+  if (rc == 0) {
     const std::vector<uint32_t> msrs = {0x1b0, 0xc0000080};
-    auto channel = OpenXenMonitorChannel(domid, msrs);
+    auto channel = OpenXenMonitorChannel(domid, msrs, /*cpuid=*/false);
     if (!channel.ok()) {
       std::printf("monitor-probe: OpenXenMonitorChannel(%u): %s\n", domid,
                   std::string(channel.status().message()).c_str());
@@ -242,7 +160,7 @@ int main() {
       std::printf("monitor-probe: channel closed (unsubscribed, monitor disabled)\n");
       // Closed means closed: Xen takes a new helper on the same domain.
       const std::vector<uint32_t> sysenter_cs = {0x174};
-      auto again = OpenXenMonitorChannel(domid, sysenter_cs);
+      auto again = OpenXenMonitorChannel(domid, sysenter_cs, /*cpuid=*/false);
       if (!again.ok()) {
         std::printf("monitor-probe: reopening after close: %s\n",
                     std::string(again.status().message()).c_str());
@@ -257,7 +175,7 @@ int main() {
 
   // A PV domain (dom0, which is also the caller) cannot be monitored: a
   // message, never a crash.
-  auto dom0 = OpenXenMonitorChannel(0, {});
+  auto dom0 = OpenXenMonitorChannel(0, {}, /*cpuid=*/true);
   std::printf("monitor-probe: on dom0: %s\n",
               dom0.ok() ? "opened (unexpected)" : std::string(dom0.status().message()).c_str());
   if (dom0.ok()) rc = 1;

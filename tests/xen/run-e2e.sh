@@ -121,13 +121,20 @@ done
   die "pvemud is built without Xen (libxen-dev missing at configure time?); reconfigure with -Dxen=enabled"
 
 mkdir -p "$WORK"
-step "build the probes: xen-msr-probe (gcc, libxenctrl), xen-monitor-probe (pvemu's vm_event ring code)"
+step "build the probes: xen-msr-probe (gcc, libxenctrl), xen-monitor-probe (pvemu's vm_event ring code), xen-hvm-guest and its guest"
 cc -O2 -Wall -Wextra -Werror -o "$WORK/xen-msr-probe" "$ROOT/tests/xen/msr_probe.c" -lxenctrl
 # shellcheck disable=SC2046
 c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -DPVEMU_HAVE_XEN=1 -I"$ROOT" \
   -o "$WORK/xen-monitor-probe" "$ROOT/tests/xen/monitor_probe.cc" \
-  "$ROOT/server/hosts/xen_vm_event_libxc.cc" \
-  $(pkg-config --cflags --libs absl_status absl_statusor absl_strings) -lxenctrl -lxenevtchn
+  "$ROOT/server/hosts/xen/xen_vm_event_libxc.cc" \
+  $(pkg-config --cflags --libs absl_status absl_statusor absl_strings) \
+  -lxenctrl -lxenevtchn -lxendevicemodel
+c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -I"$ROOT" \
+  -o "$WORK/xen-hvm-guest" "$ROOT/tests/xen/hvm_guest.cc" -lxenctrl
+# The guest: 32-bit code linked at 0x1000, cut to a flat image.
+as --32 -o "$WORK/hvm-guest.o" "$ROOT/tests/xen/hvm_guest.S"
+ld -m elf_i386 -Ttext=0x1000 -e _start -o "$WORK/hvm-guest.elf" "$WORK/hvm-guest.o"
+objcopy -O binary -j .text "$WORK/hvm-guest.elf" "$WORK/hvm-guest.bin"
 
 # --- 3. initramfs --------------------------------------------------------------
 step "initramfs: busybox, kernel modules, pvemud, pvemuctl and their libraries"
@@ -167,7 +174,7 @@ echo "    modules: $(tr '\n' ' ' <"$IR/etc/e2e-modules")"
 
 # Binaries and every library ldd lists, plus the dynamic loader.
 cp "$BUILD/server/pvemud" "$BUILD/client/pvemuctl" "$WORK/xen-msr-probe" \
-   "$WORK/xen-monitor-probe" "$IR/usr/bin/"
+   "$WORK/xen-monitor-probe" "$WORK/xen-hvm-guest" "$IR/usr/bin/"
 libs=$(for b in "$IR"/usr/bin/*; do ldd "$b"; done |
        sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (0x.*/\1/p' | sort -u)
 nlibs=0
@@ -182,7 +189,8 @@ done
 echo "    $nlibs shared libraries"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$IR/etc/passwd"
 printf 'root:x:0:\n' >"$IR/etc/group"
-cp "$ROOT/tests/xen/traps/"*.textproto "$IR/etc/e2e/"
+cp "$ROOT/tests/xen/traps/"*.textproto "$ROOT/tests/xen/guest-policy.textproto" \
+   "$WORK/hvm-guest.bin" "$IR/etc/e2e/"
 cp "$ROOT/tests/xen/init.sh" "$IR/init"
 chmod 755 "$IR/init"
 (cd "$IR" && find . | cpio -o -H newc --quiet | gzip -1) >"$WORK/initrd.cpio.gz"
@@ -197,7 +205,7 @@ set +e
 timeout -k 5 "$QEMU_TIMEOUT" qemu-system-x86_64 \
   -machine q35 -cpu "$CPU_MODEL" -m 2048 -smp 2 -nographic -no-reboot \
   -kernel "$WORK/xen-4.17-amd64" \
-  -append "console=com1 com1=115200 dom0_mem=1024M" \
+  -append "console=com1 com1=115200 dom0_mem=1024M guest_loglvl=all" \
   -initrd "$vmlinuz console=hvc0,$WORK/initrd.cpio.gz" \
   </dev/null 2>&1 | tr -d '\r' | tee "$LOG" | sed -u 's/^/  | /'
 qemu_rc=${PIPESTATUS[0]}
