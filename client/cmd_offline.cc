@@ -49,6 +49,7 @@ void PrintExplanation(const v1::ExplainResponse& e, const std::optional<KvmNote>
     if (e.has_value()) line.Hex("value", e.value());
     line.Obj("rule", rule);
     if (!e.detail().empty()) line.Str("detail", e.detail());
+    if (!e.host_note().empty()) line.Str("host_note", e.host_note());
     if (kvm.has_value()) {
       JsonLine note;
       note.Bool("exits", kvm->exits).Str("detail", kvm->sentence);
@@ -67,6 +68,7 @@ void PrintExplanation(const v1::ExplainResponse& e, const std::optional<KvmNote>
               e.has_value() ? absl::StrCat(" value ", HexString(e.value())).c_str() : "",
               e.layer().c_str(), e.source().empty() ? "" : absl::StrCat(" rule at ", e.source()).c_str(),
               e.detail().empty() ? "" : absl::StrCat("\n  ", e.detail()).c_str());
+  if (!e.host_note().empty()) std::printf("  on this host: %s\n", e.host_note().c_str());
   if (kvm.has_value()) std::printf("  kvm: %s\n", kvm->sentence.c_str());
 }
 

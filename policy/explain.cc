@@ -101,6 +101,7 @@ Explanation ExplainPort(const Snapshot& snapshot, uint32_t domain, uint16_t port
   Explanation x;
   x.domain = domain;
   x.port = port;
+  x.width = width;
   x.write = write_value.has_value();
   const uint32_t last = uint32_t{port} + width - 1;
   const bool granted = snapshot.ForDomain(domain).PortAllowed(port, width);

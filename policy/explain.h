@@ -30,6 +30,7 @@ struct Explanation {
   std::string detail;    // one sentence for people
   // Set when an I/O port was explained (msr and name are then unused).
   std::optional<uint16_t> port;
+  uint8_t width = 0;  // the port access's bytes
   const char* access() const { return write ? "write" : "read"; }
 };
 

@@ -32,6 +32,7 @@
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/services.h"
+#include "server/hosts/xen/xen_enforcement.h"
 #include "server/hosts/xen/xen_monitor.h"
 #include "server/hosts/xen/xen_port_server.h"
 #include "server/hosts/xen/xen_vm_event.h"
@@ -235,6 +236,16 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   policy_service_ =
       std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics,
                                           &kvm_attachments_);
+  if (dynamic_cast<XenHost*>(raw_host_) != nullptr) {
+    // Explain says which decisions Xen lets this daemon carry out.
+    XenMonitoring monitoring{options.monitor_domains, options.monitor_msrs,
+                             options.monitor_ports};
+    policy_service_->SetHostNote([monitoring](const policy::Explanation& e) {
+      return e.port.has_value()
+                 ? XenPortNote(monitoring, e.domain, *e.port, e.width)
+                 : XenMsrNote(monitoring, e.domain, e.msr, e.write);
+    });
+  }
   emulator_service_ = std::make_unique<EmulatorServiceImpl>(
       *dispatcher_, *auth_, std::string(host_->description()), &kvm_attachments_);
   kvm_service_ = std::make_unique<KvmServiceImpl>(*store_, *auth_, kvm_attachments_, audit_);

@@ -341,6 +341,7 @@ grpc::Status PolicyServiceImpl::Explain(grpc::ServerContext* context,
         policy::ExplainPort(*snap, request->domain(), static_cast<uint16_t>(request->port()),
                             static_cast<uint8_t>(width), write);
     policy::ExplanationToProto(e, *snap, response);
+    if (host_note_) response->set_host_note(host_note_(e));
     return grpc::Status::OK;
   }
   absl::StatusOr<uint32_t> msr = x86::ParseMsr(request->msr());
@@ -348,6 +349,7 @@ grpc::Status PolicyServiceImpl::Explain(grpc::ServerContext* context,
   std::shared_ptr<const policy::Snapshot> snap = store_.Current();
   policy::Explanation e = policy::ExplainMsr(*snap, request->domain(), *msr, write);
   policy::ExplanationToProto(e, *snap, response);
+  if (host_note_) response->set_host_note(host_note_(e));
   return grpc::Status::OK;
 }
 

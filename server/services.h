@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "policy/explain.h"
 #include "policy/store.h"
 #include "pvemu/v1/service.grpc.pb.h"
 #include "dispatch/audit.h"
@@ -105,6 +106,10 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
   // etcd; edits of the default layer or the whole policy are refused,
   // pointing at `pvemuctl fleet`. Set before serving.
   void SetFleet(fleet::Fleet* fleet) { fleet_ = fleet; }
+  // What the host carries out of an explained decision (ExplainResponse's
+  // host_note; the Xen host's XenMsrNote/XenPortNote). Set before serving.
+  using HostNoteFn = std::function<std::string(const policy::Explanation&)>;
+  void SetHostNote(HostNoteFn note) { host_note_ = std::move(note); }
 
  private:
   // Fleet mode's edit of this host's overlay of `domain` (kApply with
@@ -132,6 +137,7 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
   RpcMetrics* metrics_;
   const KvmAttachments* kvm_;
   fleet::Fleet* fleet_ = nullptr;
+  HostNoteFn host_note_;
 };
 
 class EmulatorServiceImpl final : public v1::EmulatorService::Service {

@@ -512,6 +512,34 @@ TEST_F(ServicesTest, PvemudBinaryTakesHostProfileNameOrFile) {
   EXPECT_THAT(out, HasSubstr("a profile file works too"));
 }
 
+// The Xen monitor flags: a bad port range exits 2 naming it and the form to
+// write; what to decide without a domain, or a domain on a host that is not
+// Xen, exits 1 saying what is missing, before serving.
+TEST_F(ServicesTest, PvemudMonitorFlagsRefuseBadInputBeforeServing) {
+  const std::string pvemud = std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/server/pvemud";
+  const std::string common =
+      absl::StrCat(" --listen=unix://", dir_, "/m.sock --state-dir=", dir_, "/m 2>&1");
+  struct Case {
+    std::string flags;
+    int rc;
+    std::string message;
+  } cases[] = {
+      {"--monitor-domain=3 --monitor-ports=0x520-0x510", 2,
+       "--monitor-ports: '0x520-0x510' is not a port or range: write PORT or FIRST-LAST"},
+      {"--monitor-domain=3 --monitor-ports=0x10000", 2, "'0x10000' is not a port or range"},
+      {"--monitor-domain=3 --monitor-ports=com1", 2, "'com1' is not a port or range"},
+      {"--monitor-ports=0x510", 1, "add --monitor-domain=N"},
+      {"--monitor-msrs=0x174", 1, "add --monitor-domain=N"},
+      {"--monitor-domain=3 --monitor-ports=0x510-0x513", 1, "it needs --host=xen"},
+  };
+  for (const Case& c : cases) {
+    auto [rc, out] = RunCommand(absl::StrCat(pvemud, " ", c.flags, common));
+    EXPECT_EQ(rc, c.rc) << c.flags << ": " << out;
+    EXPECT_THAT(out, HasSubstr(c.message)) << c.flags;
+    EXPECT_THAT(out, Not(HasSubstr("ready on"))) << c.flags;
+  }
+}
+
 TEST_F(ServicesTest, ReaderMayReadButNotEditAndStrangersMayDoNeither) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as other uids";
   options_.readers = "uid:65534";

@@ -294,6 +294,17 @@ if [ "$(traps cpuid)" = 5 ] && [ "$(traps in)" = 2 ] && [ "$(traps out)" = 2 ]; 
 else
   fail "pvemud's counts for domain $guest: cpuid '$(traps cpuid)' in '$(traps in)' out '$(traps out)', want 5, 2, 2"
 fi
+# What explain says Xen lets this pvemud carry out.
+if ctl explain --domain="$guest" --port=0x510 --width=4 &&
+   grep -q 'on this host: enforced on Xen: pvemud.s ioreq server' /tmp/out &&
+   ctl explain --domain="$guest" --port=0x3f8 &&
+   grep -q 'on this host: advisory on Xen: Xen 4.17 has no event for I/O instructions' /tmp/out &&
+   ctl explain --domain="$guest" --msr=0x174 &&
+   grep -q 'on this host: advisory on Xen: Xen has no event for RDMSR' /tmp/out; then
+  pass "explain on Xen: port 0x510 enforced (claimed), port 0x3f8 and RDMSR advisory"
+else
+  fail "explain's host notes on Xen"
+fi
 ctl stats
 
 finish
