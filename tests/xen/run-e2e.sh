@@ -41,7 +41,9 @@ step() { echo "==> [$(( $(date +%s) - START ))s] $*"; }
 die() { echo "E2E FAIL: $*" >&2; exit 1; }
 
 if [ "$(id -u)" -ne 0 ]; then
-  die "run as root (it calls apt-get)"
+  # 77: meson's "skipped"; nothing else stops this test from running.
+  echo "E2E SKIP: run as root (it calls apt-get and boots QEMU)" >&2
+  exit 77
 fi
 export DEBIAN_FRONTEND=noninteractive
 
