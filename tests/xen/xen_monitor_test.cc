@@ -25,6 +25,7 @@
 #include "dispatch/audit.h"
 #include "dispatch/dispatch.h"
 #include "tests/emulator/fakes.h"
+#include "tests/heap_counter.h"
 
 namespace pvemu::server {
 namespace {
@@ -429,6 +430,25 @@ TEST_F(XenCpuidAndPortsTest, PolicyEditReachesTheNextCpuid) {
   EXPECT_EQ(Answer(Cpuid(5, 6, 0, {1, 2, 3, 4})).regs.gpr[emulator::kRax], 0xabcu);
 }
 
+// The trap path allocates nothing: once warm, answering CPUID events and
+// port accesses costs no heap (the fakes' queues are filled beforehand).
+TEST_F(XenCpuidAndPortsTest, AnsweringAllocatesNothing) {
+  XenMonitor monitor(*dispatcher_, std::make_unique<FakeChannel>(&ring_));
+  constexpr int kEvents = 64;
+  auto fill = [&] {
+    absl::MutexLock lock(&ring_.mu);
+    ring_.responses.clear();
+    ring_.responses.reserve(kEvents);
+    for (int i = 0; i < kEvents; ++i) ring_.requests.push_back(Cpuid(5, i % 8, 0, {1, 2, 3, 4}));
+  };
+  fill();
+  monitor.Poll();  // warm: the session's first snapshot read
+  fill();
+  const uint64_t before = testing::HeapAllocations();
+  EXPECT_EQ(monitor.Poll(), kEvents);
+  EXPECT_EQ(testing::HeapAllocations(), before);
+}
+
 TEST(TrapFromCpuidTest, IsACpuidOfTheEventsLeafNotOfXensAnswer) {
   const VmEvent e = Cpuid(3, 0x80000001, 2, {0xaaaa, 0xbbbb, 0xcccc, 0xdddd});
   const emulator::Trap t = TrapFromCpuid(e);
@@ -572,6 +592,23 @@ TEST_F(XenPortServerTest, StringAccessIsDecidedAndCounted) {
   server->Poll();
   EXPECT_EQ(Answers().size(), 1u);
   EXPECT_EQ(server->stats().strings, 1u);
+}
+
+TEST_F(XenPortServerTest, AnsweringAllocatesNothing) {
+  auto server = Server();
+  constexpr int kAccesses = 64;
+  auto fill = [&] {
+    absl::MutexLock lock(&page_.mu);
+    page_.answers.clear();
+    page_.answers.reserve(kAccesses);
+    for (int i = 0; i < kAccesses; ++i) page_.pending.push_back(Port(0x50e + i % 8, 1, i % 2));
+  };
+  fill();
+  server->Poll();  // warm
+  fill();
+  const uint64_t before = testing::HeapAllocations();
+  EXPECT_EQ(server->Poll(), kAccesses);
+  EXPECT_EQ(testing::HeapAllocations(), before);
 }
 
 TEST_F(XenPortServerTest, LoopAnswersAndStopDrainsTheRest) {
