@@ -6,19 +6,28 @@
 #include "absl/strings/string_view.h"
 #include "emulator/host.h"
 
-
 namespace pvemu::server {
 
-emulator::Trap TrapFromMsrWrite(const VmEvent& event) {
+namespace {
+
+// The two-byte instruction 0f `opcode` at the event's vCPU state.
+emulator::Trap TwoByteTrap(const VmEvent& event, uint8_t opcode) {
   emulator::Trap trap;
   trap.domain = event.domain;
   trap.vcpu = event.vcpu;
   trap.mode = event.mode;
   trap.cpl = event.cpl;
   trap.insn_len = 2;
-  trap.insn[0] = 0x0f;  // WRMSR
-  trap.insn[1] = 0x30;
+  trap.insn[0] = 0x0f;
+  trap.insn[1] = opcode;
   trap.regs = event.regs;
+  return trap;
+}
+
+}  // namespace
+
+emulator::Trap TrapFromMsrWrite(const VmEvent& event) {
+  emulator::Trap trap = TwoByteTrap(event, 0x30);  // WRMSR
   trap.regs.gpr[emulator::kRcx] = event.msr;
   trap.regs.gpr[emulator::kRax] = event.new_value & 0xffffffffu;
   trap.regs.gpr[emulator::kRdx] = event.new_value >> 32;
@@ -26,15 +35,7 @@ emulator::Trap TrapFromMsrWrite(const VmEvent& event) {
 }
 
 emulator::Trap TrapFromCpuid(const VmEvent& event) {
-  emulator::Trap trap;
-  trap.domain = event.domain;
-  trap.vcpu = event.vcpu;
-  trap.mode = event.mode;
-  trap.cpl = event.cpl;
-  trap.insn_len = 2;
-  trap.insn[0] = 0x0f;  // CPUID
-  trap.insn[1] = 0xa2;
-  trap.regs = event.regs;
+  emulator::Trap trap = TwoByteTrap(event, 0xa2);  // CPUID
   // The request's RAX..RDX already hold Xen's answer; the input was the leaf
   // and subleaf Xen reports apart.
   trap.regs.gpr[emulator::kRax] = event.leaf;
