@@ -19,12 +19,13 @@ using pvemu::v1::TscPolicy;
 std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
 
 // What pvemu still does for the MSRs Xen keeps to itself: under
-// `pvemud --monitor-domain` (server/xen_monitor.h) Xen's vm_event reports
-// guest MSR writes (the mov-to-MSR monitor) but has no read event.
+// `pvemud --monitor-domain` (docs/CLI.md, "Xen monitoring") Xen's vm_event
+// reports an HVM/PVH guest's writes of the MSRs in --monitor-msrs (the
+// mov-to-MSR monitor) and has no read event.
 constexpr char kMsrWhy[] =
     "Xen decides MSR accesses in the hypervisor and xl.cfg has no per-MSR setting; "
-    "under pvemud --monitor-domain pvemu decides this rule's writes for HVM guests "
-    "(vm_event), never its reads";
+    "under pvemud --monitor-domain pvemu decides this rule's writes for HVM/PVH guests "
+    "(vm_event, for the MSRs in --monitor-msrs), never its reads";
 
 // xl.cfg `ioports=` (docs/man/xl.cfg.5.pod.in, "ioports=[ \"IOPORT_RANGE\" ...]")
 // passes host ports through to the guest: it grants hardware, it does not
@@ -32,8 +33,13 @@ constexpr char kMsrWhy[] =
 // other port is pvemu's to answer.
 constexpr char kPortWhy[] =
     "xl.cfg ioports= passes host ports through to the guest, it is no deny list; under "
-    "pvemud --monitor-domain pvemu answers the ports outside the domain's io_port ranges "
-    "through an ioreq server (see --monitor-domain)";
+    "pvemud --monitor-domain pvemu answers the ports claimed with --monitor-ports from the "
+    "domain's io_port ranges through an ioreq server (see --monitor-domain)";
+
+// Every CPUID of a monitored HVM/PVH domain reaches pvemud (vm_event CPUID,
+// docs/CLI.md "Xen monitoring"), whatever Xen's CPU policy holds.
+constexpr char kCpuidMonitor[] =
+    "; under pvemud --monitor-domain pvemu answers it for HVM/PVH guests (vm_event CPUID)";
 
 // The leaves Xen's CPU policy keeps subleaves for (xen/lib/x86/cpuid.c,
 // x86_cpuid_copy_to_buffer: 0x4 cache, 0x7 features, 0xb topology, 0xd
@@ -91,8 +97,9 @@ std::vector<std::string> CpuidItems(const policy::DomainSnapshot& domain,
       // and the other hypervisor leaves itself (xen/arch/x86/traps.c,
       // cpuid_hypervisor_leaves).
       report->push_back({d.origin, LeafName(r),
-                         "Xen builds the hypervisor leaves 0x40000000-0x4fffffff itself; xl.cfg "
-                         "cpuid= reaches none of them"});
+                         absl::StrCat("Xen builds the hypervisor leaves 0x40000000-0x4fffffff "
+                                      "itself; xl.cfg cpuid= reaches none of them",
+                                      kCpuidMonitor)});
       continue;
     }
     if (r.leaf == 0) {
@@ -100,21 +107,24 @@ std::vector<std::string> CpuidItems(const policy::DomainSnapshot& domain,
       // has no guest vendor, and Xen does not emulate another vendor's CPU
       // (its MSR and instruction handling follow the host's vendor).
       report->push_back({d.origin, LeafName(r),
-                         "leaf 0 is the maximum basic leaf and the vendor string: Xen sizes the "
-                         "guest's leaves and keeps the host's vendor itself; xl.cfg cannot change "
-                         "them"});
+                         absl::StrCat("leaf 0 is the maximum basic leaf and the vendor string: "
+                                      "Xen sizes the guest's leaves and keeps the host's vendor "
+                                      "itself; xl.cfg cannot change them",
+                                      kCpuidMonitor)});
       continue;
     }
     if (r.any_subleaf == XenHasSubleaves(r.leaf)) {
       report->push_back(
           {d.origin, LeafName(r),
-           r.any_subleaf
-               ? "Xen keeps this leaf per subleaf and xl.cfg cpuid= must name one (a list item "
-                 "without a subleaf fails the domain build with \"Missing leaf\"); name the "
-                 "subleaves in the rule"
-               : "Xen keeps this leaf without subleaves, so xl.cfg cpuid= cannot give one "
-                 "subleaf alone (a list item with a subleaf fails the domain build with "
-                 "\"Missing leaf\"); drop the subleaf from the rule"});
+           absl::StrCat(
+               r.any_subleaf
+                   ? "Xen keeps this leaf per subleaf and xl.cfg cpuid= must name one (a list "
+                     "item without a subleaf fails the domain build with \"Missing leaf\"); "
+                     "name the subleaves in the rule"
+                   : "Xen keeps this leaf without subleaves, so xl.cfg cpuid= cannot give one "
+                     "subleaf alone (a list item with a subleaf fails the domain build with "
+                     "\"Missing leaf\"); drop the subleaf from the rule",
+               kCpuidMonitor)});
       continue;
     }
     items.push_back(absl::StrCat(
