@@ -16,6 +16,7 @@ int RunReplay(const Args& args);    // --server: through the daemon
 int RunSuggest(const Args& args);
 int RunMsr(const Args& args);       // search TEXT: the MSR catalog
 int RunKvmFilter(const Args& args); // --server: the daemon's live policy (client/cmd_kvm.cc)
+int RunXenConfig(const Args& args); // --server: the daemon's live policy (client/cmd_xen.cc)
 
 // Online.
 int RunPolicy(const Args& args);    // get | apply | set-rule | delete-rule | diff

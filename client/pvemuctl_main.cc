@@ -40,6 +40,11 @@ Offline commands (no daemon needed):
              [--host-profile=PROFILE | --host-vendor=V]
                                                the KVM MSR filter the domain's policy
                                                compiles to: the MSRs that exit to pvemu
+  xen-config --domain=N [--policy=FILE|NAME | --server=ADDR]
+             [--host-profile=PROFILE | --host-vendor=V]
+                                               the xl.cfg lines for what Xen itself can
+                                               enforce of the domain's policy, then the
+                                               rules it cannot (xl.cfg comments)
 
 Online commands (talk to pvemud, --server=ADDR, default $PVEMU_SERVER or
 unix:///run/pvemu/pvemu.sock):
@@ -78,6 +83,7 @@ constexpr CommandEntry kCommands[] = {
     {"suggest", RunSuggest}, {"msr", RunMsr},           {"policy", RunPolicy},
     {"domains", RunDomains}, {"stats", RunStats},       {"watch", RunWatch},
     {"top", RunTop},         {"kvm-filter", RunKvmFilter}, {"fleet", RunFleet},
+    {"xen-config", RunXenConfig},
 };
 
 // Sets one flag; returns a usage message on failure, "" on success.

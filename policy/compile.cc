@@ -141,11 +141,14 @@ class Compiler {
   };
 
   // The phases of Domain, in order.
-  void SetContext(uint32_t domid, const Layer* overlay, DomainSnapshot* snapshot) const;
+  void SetContext(uint32_t domid, const Layer* overlay, const std::string& overlay_path,
+                  DomainSnapshot* snapshot) const;
   void CompileUnknownMsr(const Layer* overlay, const std::string& overlay_path,
                          DomainSnapshot* snapshot) const;
-  void CompileVpmuAndTsc(const Layer* overlay, DomainSnapshot* snapshot) const;
-  void CompilePorts(const Layer* overlay, DomainSnapshot* snapshot) const;
+  void CompileVpmuAndTsc(const Layer* overlay, const std::string& overlay_path,
+                         DomainSnapshot* snapshot) const;
+  void CompilePorts(const Layer* overlay, const std::string& overlay_path,
+                    DomainSnapshot* snapshot) const;
   void CompileCpuid(const Layer* overlay, const std::string& overlay_path,
                     DomainSnapshot* snapshot) const;
   absl::Status CompileMsrRules(const Layer* overlay, const std::string& overlay_path,
@@ -287,7 +290,7 @@ MsrEntry Compiler::Materialize(const Decision& decision, const DomainSnapshot& s
 
 // Who the snapshot is for: the domain, whether it is the hardware domain,
 // and the vendor its guest sees.
-void Compiler::SetContext(uint32_t domid, const Layer* overlay,
+void Compiler::SetContext(uint32_t domid, const Layer* overlay, const std::string& overlay_path,
                           DomainSnapshot* snapshot) const {
   const Layer& default_layer = policy_.default_();
   DomainContext& context = snapshot->context_;
@@ -297,8 +300,10 @@ void Compiler::SetContext(uint32_t domid, const Layer* overlay,
                                 : domid == 0;
   if (overlay != nullptr && overlay->guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED) {
     context.guest_vendor = overlay->guest_vendor();
+    snapshot->setting_origins_.guest_vendor = source_.WhereLine(overlay_path + ".guest_vendor");
   } else if (default_layer.guest_vendor() != pvemu::v1::VENDOR_UNSPECIFIED) {
     context.guest_vendor = default_layer.guest_vendor();
+    snapshot->setting_origins_.guest_vendor = source_.WhereLine("default.guest_vendor");
   } else {
     context.guest_vendor = host_;
   }
@@ -344,31 +349,47 @@ void Compiler::CompileUnknownMsr(const Layer* overlay, const std::string& overla
 }
 
 // vPMU and TSC: the domain's field if set, else the default's.
-void Compiler::CompileVpmuAndTsc(const Layer* overlay, DomainSnapshot* snapshot) const {
+void Compiler::CompileVpmuAndTsc(const Layer* overlay, const std::string& overlay_path,
+                                 DomainSnapshot* snapshot) const {
   const Layer& default_layer = policy_.default_();
-  snapshot->vpmu_ = overlay != nullptr && overlay->has_vpmu() ? overlay->vpmu()
-                    : default_layer.has_vpmu()                ? default_layer.vpmu()
-                                                              : false;
+  SettingOrigins& origins = snapshot->setting_origins_;
+  if (overlay != nullptr && overlay->has_vpmu()) {
+    snapshot->vpmu_ = overlay->vpmu();
+    origins.vpmu = source_.WhereLine(overlay_path + ".vpmu");
+  } else if (default_layer.has_vpmu()) {
+    snapshot->vpmu_ = default_layer.vpmu();
+    origins.vpmu = source_.WhereLine("default.vpmu");
+  } else {
+    snapshot->vpmu_ = false;
+  }
   TscConfig& tsc = snapshot->tsc_;
+  if (default_layer.has_tsc()) origins.tsc = source_.WhereLine("default.tsc");
   if (default_layer.tsc().mode() != 0) tsc.mode = default_layer.tsc().mode();
   tsc.offset = default_layer.tsc().offset();
   tsc.frequency_khz = default_layer.tsc().frequency_khz();
   if (overlay != nullptr) {
+    if (overlay->has_tsc()) origins.tsc = source_.WhereLine(overlay_path + ".tsc");
     if (overlay->tsc().mode() != 0) tsc.mode = overlay->tsc().mode();
     if (overlay->tsc().offset() != 0) tsc.offset = overlay->tsc().offset();
     if (overlay->tsc().frequency_khz() != 0) tsc.frequency_khz = overlay->tsc().frequency_khz();
   }
 }
 
-// Ports: the union of both layers, merged.
-void Compiler::CompilePorts(const Layer* overlay, DomainSnapshot* snapshot) const {
+// Ports: the union of both layers, merged; and each range as written, with
+// where it was written.
+void Compiler::CompilePorts(const Layer* overlay, const std::string& overlay_path,
+                            DomainSnapshot* snapshot) const {
   std::vector<std::pair<uint32_t, uint32_t>> ports;
-  for (const auto& range : policy_.default_().io_port()) {
-    ports.push_back({range.first(), range.last()});
-  }
-  if (overlay != nullptr) {
-    for (const auto& range : overlay->io_port()) ports.push_back({range.first(), range.last()});
-  }
+  auto add = [&](const Layer& layer, const std::string& path) {
+    for (int i = 0; i < layer.io_port_size(); ++i) {
+      const auto& range = layer.io_port(i);
+      ports.push_back({range.first(), range.last()});
+      snapshot->port_grants_.push_back(PortGrant{
+          range.first(), range.last(), source_.WhereLine(absl::StrCat(path, ".io_port[", i, "]"))});
+    }
+  };
+  add(policy_.default_(), "default");
+  if (overlay != nullptr) add(*overlay, overlay_path);
   std::sort(ports.begin(), ports.end());
   std::vector<std::pair<uint32_t, uint32_t>>& merged = snapshot->ports_;
   for (const auto& range : ports) {
@@ -532,10 +553,10 @@ absl::Status Compiler::CompileMsrRules(const Layer* overlay, const std::string& 
 absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
     uint32_t domid, const Layer* overlay, const std::string& overlay_path) {
   auto snapshot = std::unique_ptr<DomainSnapshot>(new DomainSnapshot);
-  SetContext(domid, overlay, snapshot.get());
+  SetContext(domid, overlay, overlay_path, snapshot.get());
   CompileUnknownMsr(overlay, overlay_path, snapshot.get());
-  CompileVpmuAndTsc(overlay, snapshot.get());
-  CompilePorts(overlay, snapshot.get());
+  CompileVpmuAndTsc(overlay, overlay_path, snapshot.get());
+  CompilePorts(overlay, overlay_path, snapshot.get());
   CompileCpuid(overlay, overlay_path, snapshot.get());
   RETURN_IF_ERROR(CompileMsrRules(overlay, overlay_path, snapshot.get()));
   return snapshot;
@@ -553,6 +574,19 @@ std::vector<DomainSnapshot::Interval> DomainSnapshot::ranges() const {
   for (const MsrIndex::Interval& r : index_.intervals()) {
     out.push_back(Interval{r.first, r.last, entries_[r.decision]});
   }
+  return out;
+}
+
+std::vector<DomainSnapshot::CpuidRule> DomainSnapshot::CpuidRules() const {
+  std::vector<CpuidRule> out;
+  for (const auto& [leaf, decision] : cpuid_any_) out.push_back({leaf, true, 0, &decision});
+  for (const auto& [key, decision] : cpuid_exact_) {
+    out.push_back({static_cast<uint32_t>(key >> 32), false, static_cast<uint32_t>(key), &decision});
+  }
+  std::sort(out.begin(), out.end(), [](const CpuidRule& a, const CpuidRule& b) {
+    return std::make_tuple(a.leaf, !a.any_subleaf, a.subleaf) <
+           std::make_tuple(b.leaf, !b.any_subleaf, b.subleaf);
+  });
   return out;
 }
 

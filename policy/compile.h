@@ -91,6 +91,23 @@ struct TscConfig {
   uint64_t frequency_khz = 0;
 };
 
+// Where a domain's settings other than MSR rules came from ("FILE:LINE" of
+// the deciding field; "" when no layer sets it and the built-in default
+// applies), so tools that translate a policy for another enforcer
+// (pvemuctl xen-config) can name the rule they cannot carry over.
+struct SettingOrigins {
+  std::string tsc;           // the tsc field (mode, offset or frequency) that decides
+  std::string vpmu;
+  std::string guest_vendor;
+};
+
+// One io_port range as a layer wrote it (before merging), with its origin.
+struct PortGrant {
+  uint32_t first = 0;
+  uint32_t last = 0;
+  std::string origin;  // "FILE:LINE"
+};
+
 // Who a compiled snapshot is for.
 struct DomainContext {
   uint32_t domain = 0;
@@ -117,6 +134,20 @@ class DomainSnapshot {
 
   const TscConfig& tsc() const { return tsc_; }
   bool vpmu() const { return vpmu_; }
+  const SettingOrigins& setting_origins() const { return setting_origins_; }
+  // The io_port ranges of both layers as written, default layer first (the
+  // merged set PortAllowed answers from loses which rule granted what).
+  const std::vector<PortGrant>& port_grants() const { return port_grants_; }
+  // Every CPUID decision in force, sorted by leaf, any-subleaf before exact
+  // subleaves (a default-layer subleaf a domain's any-subleaf entry hides is
+  // not listed). Built on demand, for tools; the trap path uses Cpuid().
+  struct CpuidRule {
+    uint32_t leaf;
+    bool any_subleaf;
+    uint32_t subleaf;  // when !any_subleaf
+    const CpuidDecision* decision;
+  };
+  std::vector<CpuidRule> CpuidRules() const;
   pvemu::v1::Vendor guest_vendor() const { return context_.guest_vendor; }
   bool hardware_domain() const { return context_.hardware_domain; }
   uint32_t domain() const { return context_.domain; }
@@ -167,8 +198,10 @@ class DomainSnapshot {
   static constexpr uint8_t kCpuidHasAny = 2;
   absl::flat_hash_map<uint32_t, uint8_t> cpuid_leaf_kinds_;
   std::vector<std::pair<uint32_t, uint32_t>> ports_;  // sorted, merged
+  std::vector<PortGrant> port_grants_;
   TscConfig tsc_;
   bool vpmu_ = false;
+  SettingOrigins setting_origins_;
 };
 
 // A whole host's compiled policy at one generation.

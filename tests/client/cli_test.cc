@@ -65,6 +65,11 @@ TEST(CliTest, UsageErrorsExitTwoAndSayWhat) {
        "vendor; drop --policy"},
       {"kvm-filter --domain=1 --server=unix:///nonexistent.sock --host-vendor=amd",
        "drop --host-vendor"},
+      {"xen-config --policy=default", "xen-config needs --domain=N"},
+      {"xen-config --domain=1 extra", "xen-config takes flags only"},
+      {"xen-config --domain=1 --server=unix:///nonexistent.sock --policy=default",
+       "xen-config: --server=unix:///nonexistent.sock uses the daemon's policy and host "
+       "vendor; drop --policy"},
       {"explain --kvm --domain=1 --port=0x80", "explain --kvm is for MSRs"},
       {"explain --kvm --domain=1 --msr=0x10 --server=unix:///nonexistent.sock "
        "--host-profile=amd-epyc-7443p",
@@ -106,6 +111,8 @@ TEST(CliTest, InvalidValuesExitOneAndNameTheFlag) {
       {"kvm-filter --domain=1 --policy=nosuch", "neither a file nor a shipped policy"},
       {"kvm-filter --domain=1 --policy=kvm --host-vendor=via", "unknown vendor 'via'"},
       {"kvm-filter --domain=1 --policy=kvm --host-profile=nosuch", "unknown host profile 'nosuch'"},
+      {"xen-config --domain=abc --policy=default", "--domain: 'abc' is not a number"},
+      {"xen-config --domain=1 --policy=nosuch", "neither a file nor a shipped policy"},
       {"explain --kvm --domain=1 --msr=IA32_ENERGY_PERF_BAIS --policy=kvm",
        "did you mean IA32_ENERGY_PERF_BIAS"},
   };
@@ -549,6 +556,93 @@ TEST(CliKvmTest, KvmFilterWithAnUnreachableServerExitsThree) {
   CliRun e = Pvemuctl(
       "--server=unix:///nonexistent/pvemu.sock --timeout=2 explain --kvm --domain=1 --msr=0x10");
   EXPECT_EQ(e.status, 3) << e.output;
+}
+
+// --- Issue 21: xen-config.
+
+// The lines of `text` that are xl.cfg settings (not comments).
+std::vector<std::string> Settings(const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (!absl::StartsWith(line, "#")) out.emplace_back(line);
+  }
+  return out;
+}
+
+TEST(CliXenTest, XenConfigPrintsTheFragmentThenTheReportAsComments) {
+  const std::string dir = MakeTempDir();
+  const std::string file = dir + "/p.textproto";
+  std::ofstream(file) << "default {\n"
+                         "  unknown_msr: UNKNOWN_GP\n"
+                         "  msr { msr: \"IA32_TSC\" read: ZERO write: IGNORE }\n"
+                         "  io_port { first: 0x80 last: 0x80 }\n"
+                         "  cpuid { leaf: 1 clear { ecx: 0x80000000 } }\n"
+                         "  cpuid { leaf: 0x40000000 source: CONST set { eax: 0x40000001 } }\n"
+                         "}\n";
+  CliRun text = Pvemuctl("xen-config --domain=1 --policy=" + file);
+  EXPECT_EQ(text.status, 0) << text.output;  // 0 although the report is not empty
+  EXPECT_THAT(text.output, ::testing::StartsWith("# pvemuctl xen-config: domain 1, host vendor INTEL\n"));
+  EXPECT_THAT(Settings(text.output),
+              ::testing::ElementsAre("msr_relaxed=0", "cpuid=[",
+                                     "    \"0x1:ecx=0xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", "]"));
+  EXPECT_THAT(text.output, HasSubstr("# not expressible: " + file + ":3: MSR 0x10 "));
+  EXPECT_THAT(text.output, HasSubstr("# not expressible: " + file + ":4: io_port 0x80: "));
+  EXPECT_THAT(text.output, HasSubstr("# not expressible: " + file + ":6: CPUID leaf 0x40000000: "));
+
+  CliRun json = Pvemuctl("-o json xen-config --domain=1 --policy=" + file);
+  EXPECT_EQ(json.status, 0) << json.output;
+  std::vector<std::string> lines = absl::StrSplit(json.output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 1u) << json.output;
+  google::protobuf::Struct parsed = ParseJsonLine(lines[0]);
+  const auto& f = parsed.fields();
+  EXPECT_EQ(f.at("domain").number_value(), 1);
+  EXPECT_EQ(f.at("fragment").string_value(),
+            "msr_relaxed=0\ncpuid=[\n    \"0x1:ecx=0xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"\n]\n");
+  const auto& report = f.at("report").list_value().values();
+  ASSERT_EQ(report.size(), 4) << json.output;  // the last: the built-in vPMU-off rule
+  const auto& first = report[0].struct_value().fields();
+  EXPECT_EQ(first.at("origin").string_value(), file + ":6");
+  EXPECT_EQ(first.at("what").string_value(), "CPUID leaf 0x40000000");
+  EXPECT_THAT(first.at("why").string_value(), HasSubstr("hypervisor leaves"));
+}
+
+TEST(CliXenTest, XenConfigOfTheShippedDefaultPolicy) {
+  CliRun r = Pvemuctl("xen-config --domain=1 --policy=default");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(Settings(r.output), ::testing::Contains("msr_relaxed=0"));
+  EXPECT_THAT(r.output, HasSubstr("default.textproto:"));
+  EXPECT_THAT(r.output, HasSubstr("IA32_TIME_STAMP_COUNTER"));
+}
+
+TEST(CliXenTest, XenConfigOfAnInvalidPolicyFileNamesFileAndLine) {
+  const std::string dir = MakeTempDir();
+  std::ofstream(dir + "/bad.textproto") << "default {\n  msr { msr: \"0x10\" read: CONST }\n}\n";
+  CliRun r = Pvemuctl("xen-config --domain=1 --policy=" + dir + "/bad.textproto");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(dir + "/bad.textproto:2:"));
+  EXPECT_THAT(r.output, HasSubstr("read CONST needs a value"));
+}
+
+TEST(CliXenTest, XenConfigWithAnUnreachableServerExitsThree) {
+  CliRun r = Pvemuctl("--server=unix:///nonexistent/pvemu.sock --timeout=2 xen-config --domain=1");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cannot reach pvemud at unix:///nonexistent/pvemu.sock"));
+}
+
+// With --server: the daemon's policy at its generation, rules located as
+// lines of `pvemuctl policy get`'s output.
+TEST_F(CliKvmDaemonTest, XenConfigUsesTheDaemonsPolicyAndGeneration) {
+  ASSERT_EQ(Online("policy set-rule --domain=1 --msr=0x40000010 --read=ZERO").status, 0);
+  CliRun r = Online("xen-config --domain=1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output,
+              ::testing::StartsWith("# pvemuctl xen-config: domain 1, host vendor AMD, "
+                                    "pvemud generation 2\n"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(
+                            "# not expressible: pvemud generation 2:[0-9]+: MSR 0x40000010 "));
+  CliRun json = Online("-o json xen-config --domain=1");
+  EXPECT_THAT(json.output,
+              ::testing::StartsWith("{\"domain\":1,\"host_vendor\":\"AMD\",\"generation\":2,"));
 }
 
 }  // namespace

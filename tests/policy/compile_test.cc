@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/explain.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "policy/shipped.h"
 #include "server/hosts/profiles.h"
@@ -189,6 +190,46 @@ TEST(Other, PortsAreTheUnionAndEveryByteMustBeGranted) {
   EXPECT_FALSE(d.PortAllowed(0xffff, 2));  // wraps past 0xffff
   EXPECT_FALSE(s->ForDomain(2).PortAllowed(0x3f8, 1));
   EXPECT_TRUE(s->ForDomain(2).PortAllowed(0x61, 2));
+}
+
+// For tools that translate a policy (pvemuctl xen-config): each io_port range
+// as written and where, where tsc/vpmu/guest_vendor were decided ("" when no
+// layer sets them), and every CPUID decision in order.
+TEST(Other, SettingsKeepTheirOrigins) {
+  auto s = Compile(R"(default {
+  io_port { first: 0x60 last: 0x61 }
+  tsc { mode: OFFSET offset: 100 }
+}
+domain {
+  domain: 1
+  io_port { first: 0x62 last: 0x64 }
+  vpmu: true
+  guest_vendor: AMD
+  cpuid { leaf: 7 subleaf: 1 clear { ebx: 1 } }
+  cpuid { leaf: 1 clear { ecx: 1 } }
+  cpuid { leaf: 7 clear { ebx: 2 } }
+})");
+  const DomainSnapshot& d = s->ForDomain(1);
+  ASSERT_EQ(d.port_grants().size(), 2u);
+  EXPECT_EQ(d.port_grants()[0].first, 0x60u);
+  EXPECT_EQ(d.port_grants()[0].origin, "c.textproto:2");
+  EXPECT_EQ(d.port_grants()[1].last, 0x64u);
+  EXPECT_EQ(d.port_grants()[1].origin, "c.textproto:7");
+  EXPECT_EQ(d.setting_origins().tsc, "c.textproto:3");
+  EXPECT_EQ(d.setting_origins().vpmu, "c.textproto:8");
+  EXPECT_EQ(d.setting_origins().guest_vendor, "c.textproto:9");
+  std::vector<std::string> rules;
+  for (const DomainSnapshot::CpuidRule& r : d.CpuidRules()) {
+    rules.push_back(absl::StrCat(r.leaf, r.any_subleaf ? "" : absl::StrCat(",", r.subleaf), "@",
+                                 r.decision->origin));
+  }
+  EXPECT_THAT(rules, ::testing::ElementsAre("1@c.textproto:11", "7@c.textproto:12",
+                                            "7,1@c.textproto:10"));
+  const DomainSnapshot& other = s->ForDomain(2);
+  EXPECT_EQ(other.port_grants().size(), 1u);
+  EXPECT_EQ(other.setting_origins().vpmu, "");
+  EXPECT_EQ(other.setting_origins().guest_vendor, "");
+  EXPECT_EQ(Compile("")->ForDomain(1).setting_origins().tsc, "");
 }
 
 TEST(Other, VpmuDomainOverridesDefaultOff) {
