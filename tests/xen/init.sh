@@ -305,6 +305,23 @@ if ctl explain --domain="$guest" --port=0x510 --width=4 &&
 else
   fail "explain's host notes on Xen"
 fi
+# 10. xen-config: the xl.cfg fragment for what Xen itself can enforce of the
+#     guest's policy, read by Xen's own parser in dom0 (xl-cfg-check:
+#     libxlutil and libxenlight's cpuid parser, as xl does).
+timeout 60 /usr/bin/pvemuctl --server="$SOCK" xen-config --domain="$guest" \
+  >/tmp/guest.cfg 2>/tmp/err
+rc=$?
+sed 's/^/  > /' /tmp/guest.cfg /tmp/err
+timeout 30 /usr/bin/xl-cfg-check /tmp/guest.cfg >/tmp/out 2>&1
+check_rc=$?
+sed 's/^/  > /' /tmp/out
+if [ $rc = 0 ] && [ $check_rc = 0 ] && grep -qx 'msr_relaxed: false' /tmp/out &&
+   grep -qx 'cpuid: 3 items, 3 policy entries' /tmp/out &&
+   grep -q '^# not expressible: .*io_port 0x510-0x513' /tmp/guest.cfg; then
+  pass "xen-config --domain=$guest: msr_relaxed and 3 cpuid items accepted by Xen's parser in dom0; io_port reported as not expressible"
+else
+  fail "xen-config fragment (pvemuctl exit $rc, xl-cfg-check exit $check_rc)"
+fi
 ctl stats
 
 finish

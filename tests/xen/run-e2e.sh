@@ -123,7 +123,7 @@ done
   die "pvemud is built without Xen (libxen-dev missing at configure time?); reconfigure with -Dxen=enabled"
 
 mkdir -p "$WORK"
-step "build the probes: xen-msr-probe (gcc, libxenctrl), xen-monitor-probe (pvemu's vm_event ring code), xen-hvm-guest and its guest"
+step "build the probes: xen-msr-probe (gcc, libxenctrl), xen-monitor-probe (pvemu's vm_event ring code), xen-hvm-guest and its guest, xl-cfg-check"
 cc -O2 -Wall -Wextra -Werror -o "$WORK/xen-msr-probe" "$ROOT/tests/xen/msr_probe.c" -lxenctrl
 # shellcheck disable=SC2046
 c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -DPVEMU_HAVE_XEN=1 -I"$ROOT" \
@@ -133,6 +133,9 @@ c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -DPVEMU_HAVE_XEN=1 -I"$ROOT" \
   -lxenctrl -lxenevtchn -lxendevicemodel
 c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -I"$ROOT" \
   -o "$WORK/xen-hvm-guest" "$ROOT/tests/xen/hvm_guest.cc" -lxenctrl
+# Xen's own xl.cfg parser (libxlutil, libxenlight), for xen-config's fragment.
+cc -O2 -Wall -Wextra -Werror -o "$WORK/xl-cfg-check" "$ROOT/tests/xen/xl_cfg_check.c" \
+  -lxlutil -lxenlight
 # The guest: 32-bit code linked at 0x1000, cut to a flat image.
 as --32 -o "$WORK/hvm-guest.o" "$ROOT/tests/xen/hvm_guest.S"
 ld -m elf_i386 -Ttext=0x1000 -e _start -o "$WORK/hvm-guest.elf" "$WORK/hvm-guest.o"
@@ -176,7 +179,7 @@ echo "    modules: $(tr '\n' ' ' <"$IR/etc/e2e-modules")"
 
 # Binaries and every library ldd lists, plus the dynamic loader.
 cp "$BUILD/server/pvemud" "$BUILD/client/pvemuctl" "$WORK/xen-msr-probe" \
-   "$WORK/xen-monitor-probe" "$WORK/xen-hvm-guest" "$IR/usr/bin/"
+   "$WORK/xen-monitor-probe" "$WORK/xen-hvm-guest" "$WORK/xl-cfg-check" "$IR/usr/bin/"
 libs=$(for b in "$IR"/usr/bin/*; do ldd "$b"; done |
        sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (0x.*/\1/p' | sort -u)
 nlibs=0
