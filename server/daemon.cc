@@ -367,11 +367,21 @@ absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
                      OpenXenMonitorChannel(domain, options.monitor_msrs, /*cpuid=*/true));
     monitors_.push_back(std::make_unique<XenMonitor>(*dispatcher_, std::move(channel)));
     monitors_.back()->Start();
-    if (options.monitor_ports.empty()) continue;
-    ASSIGN_OR_RETURN(std::unique_ptr<IoreqChannel> ioreq,
-                     OpenXenIoreqChannel(domain, options.monitor_ports));
-    port_servers_.push_back(std::make_unique<XenPortServer>(*dispatcher_, std::move(ioreq)));
-    port_servers_.back()->Start();
+    std::string ports;
+    if (!options.monitor_ports.empty()) {
+      ASSIGN_OR_RETURN(std::unique_ptr<IoreqChannel> ioreq,
+                       OpenXenIoreqChannel(domain, options.monitor_ports));
+      port_servers_.push_back(std::make_unique<XenPortServer>(*dispatcher_, std::move(ioreq)));
+      port_servers_.back()->Start();
+      for (const PortSpan& span : options.monitor_ports) {
+        absl::StrAppend(&ports, ports.empty() ? ", ports " : ",", "0x", absl::Hex(span.first));
+        if (span.last != span.first) absl::StrAppend(&ports, "-0x", absl::Hex(span.last));
+      }
+      ports += " (ioreq server)";
+    }
+    std::fprintf(stderr, "pvemud: monitoring domain %u on Xen: CPUID, writes of %zu MSR%s%s\n",
+                 domain, options.monitor_msrs.size(), options.monitor_msrs.size() == 1 ? "" : "s",
+                 ports.c_str());
   }
   return absl::OkStatus();
 #else

@@ -221,7 +221,8 @@ else
 fi
 stop_pvemud
 if start_pvemud --monitor-domain="$guest" --monitor-ports=0x510-0x513,0x520 \
-     --metrics=127.0.0.1:9464; then
+     --metrics=127.0.0.1:9464 &&
+   grep -q "pvemud: monitoring domain $guest on Xen: CPUID, writes of 0 MSRs, ports 0x510-0x513,0x520 (ioreq server)" "$LOG"; then
   pass "pvemud --monitor-domain=$guest --monitor-ports=0x510-0x513,0x520 started (CPUID monitor and ioreq server on the paused guest)"
 else
   fail "pvemud with --monitor-domain=$guest did not start"

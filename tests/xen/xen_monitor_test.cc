@@ -42,6 +42,7 @@ struct FakeRing {
 class FakeChannel final : public VmEventChannel {
  public:
   explicit FakeChannel(FakeRing* ring) : ring_(ring) {}
+  uint32_t domain() const override { return 5; }
   absl::Status Wait(int timeout_ms) override {
     {
       absl::MutexLock lock(&ring_->mu);
@@ -472,6 +473,7 @@ struct FakeIoreqPage {
 class FakeIoreq final : public IoreqChannel {
  public:
   explicit FakeIoreq(FakeIoreqPage* page) : page_(page) {}
+  uint32_t domain() const override { return 5; }
   absl::Status Wait(int timeout_ms) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 5)));
     return absl::OkStatus();

@@ -5,6 +5,7 @@
 #define PVEMU_SERVER_HOSTS_XEN_EVENT_LOOP_H_
 
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -20,8 +21,11 @@ class EventLoop {
   ~EventLoop() { Stop(); }
 
   // Runs `wait(timeout_ms)` then `poll()` on a thread of its own until Stop,
-  // or until `wait` fails (its status is kept). No-op while running.
-  void Start(absl::AnyInvocable<absl::Status(int)> wait, absl::AnyInvocable<void()> poll);
+  // or until `wait` fails: its status is kept and logged to stderr as
+  // "pvemud: WHAT stopped: ERROR" (the domain went away, ...), for the
+  // operator. No-op while running.
+  void Start(std::string what, absl::AnyInvocable<absl::Status(int)> wait,
+             absl::AnyInvocable<void()> poll);
   // Joins the thread. Idempotent. The owner answers what is still pending
   // afterwards, so no vCPU stays paused.
   void Stop();

@@ -48,6 +48,8 @@ struct PortSpan {
 class IoreqChannel {
  public:
   virtual ~IoreqChannel() = default;
+  // The domain whose port I/O this is.
+  virtual uint32_t domain() const = 0;
   // Blocks until Xen signals one of the vCPUs' event channels or
   // `timeout_ms` passes. OK in both cases; an error when the channel broke.
   virtual absl::Status Wait(int timeout_ms) = 0;

@@ -136,6 +136,8 @@ class LibxcIoreqChannel final : public IoreqChannel {
     return absl::OkStatus();
   }
 
+  uint32_t domain() const override { return domain_; }
+
   absl::Status Wait(int timeout_ms) override {
     pollfd p = {};
     p.fd = xenevtchn_fd(xce_);

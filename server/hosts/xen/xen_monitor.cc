@@ -3,6 +3,8 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 #include "absl/strings/string_view.h"
 #include "emulator/host.h"
 
@@ -155,8 +157,8 @@ int XenMonitor::Poll() {
 }
 
 void XenMonitor::Start() {
-  loop_.Start([this](int timeout_ms) { return channel_->Wait(timeout_ms); },
-              [this] { Poll(); });
+  loop_.Start(absl::StrCat("the vm_event monitor of domain ", channel_->domain()),
+              [this](int timeout_ms) { return channel_->Wait(timeout_ms); }, [this] { Poll(); });
 }
 
 void XenMonitor::Stop() {

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace pvemu::server {
 
 emulator::Trap TrapFromPortAccess(const PortAccess& access) {
@@ -52,8 +54,8 @@ int XenPortServer::Poll() {
 }
 
 void XenPortServer::Start() {
-  loop_.Start([this](int timeout_ms) { return channel_->Wait(timeout_ms); },
-              [this] { Poll(); });
+  loop_.Start(absl::StrCat("the ioreq server of domain ", channel_->domain()),
+              [this](int timeout_ms) { return channel_->Wait(timeout_ms); }, [this] { Poll(); });
 }
 
 void XenPortServer::Stop() {

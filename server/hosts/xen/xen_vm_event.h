@@ -75,6 +75,8 @@ struct VmEventResponse {
 class VmEventChannel {
  public:
   virtual ~VmEventChannel() = default;
+  // The domain whose ring this is.
+  virtual uint32_t domain() const = 0;
   // Blocks until Xen signals the event channel or `timeout_ms` passes. OK in
   // both cases; an error when the channel broke (the domain went away).
   virtual absl::Status Wait(int timeout_ms) = 0;

@@ -112,6 +112,8 @@ class LibxcVmEventChannel final : public VmEventChannel {
     return absl::OkStatus();
   }
 
+  uint32_t domain() const override { return domain_; }
+
   absl::Status Wait(int timeout_ms) override {
     pollfd p = {};
     p.fd = xenevtchn_fd(xce_);
