@@ -130,7 +130,7 @@ c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -DPVEMU_HAVE_XEN=1 -I"$ROOT" \
   -o "$WORK/xen-monitor-probe" "$ROOT/tests/xen/monitor_probe.cc" \
   "$ROOT/server/hosts/xen/xen_vm_event_libxc.cc" \
   $(pkg-config --cflags --libs absl_status absl_statusor absl_strings) \
-  -lxenctrl -lxenevtchn -lxendevicemodel
+  -lxenctrl -lxenevtchn
 c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -I"$ROOT" \
   -o "$WORK/xen-hvm-guest" "$ROOT/tests/xen/hvm_guest.cc" -lxenctrl
 # Xen's own xl.cfg parser (libxlutil, libxenlight), for xen-config's fragment.

@@ -377,7 +377,6 @@ TEST_F(XenCpuidAndPortsTest, ConstLeafReplacesXensAnswerAndMovesPastTheInstructi
   const VmEventResponse r = Answer(e);
   EXPECT_TRUE(r.set_registers);
   EXPECT_TRUE(r.release_vcpu);
-  EXPECT_FALSE(r.inject);
   EXPECT_EQ(r.vcpu, 1u);
   EXPECT_EQ(r.raw_reason, 10u);
   EXPECT_THAT(Eabcd(r), ::testing::ElementsAre(0x11111111u, 0x22222222u, 0x33333333u,

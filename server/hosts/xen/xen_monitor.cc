@@ -126,18 +126,12 @@ VmEventResponse XenMonitor::Decide(const VmEvent& event) {
 void XenMonitor::DecideCpuid(const VmEvent& event, VmEventResponse* r) {
   host_->Set(event);
   const emulator::Outcome out = session_->Handle(TrapFromCpuid(event));
-  if (out.kind == emulator::OutcomeKind::kException) {
-    r->inject = true;
-    r->vector = static_cast<uint8_t>(out.vector);
-    r->has_error_code = out.has_error_code;
-    r->error_code = out.error_code;
-    return;  // RIP stays at the CPUID: the fault is taken there
-  }
-  // Completed: the policy's answer. Anything else (CPUID is always decided,
-  // so never expected): Xen's own answer, which the event carries. Either
-  // way the vCPU must move past the instruction, or it would execute CPUID
-  // again and trap again: Xen advances RIP only when no event was sent
-  // (svm.c/vmx.c, the CPUID exit: `if ( !rc ) update_guest_eip`).
+  // Completed: the policy's answer. Anything else (the emulator completes
+  // every CPUID; Xen itself raises the #GP of CPUID faulting before any
+  // event, hvm.c hvm_vmexit_cpuid): Xen's own answer, which the event
+  // carries. Either way the vCPU must move past the instruction, or it would
+  // execute CPUID again and trap again: Xen advances RIP only when no event
+  // was sent (svm.c/vmx.c, the CPUID exit: `if ( !rc ) update_guest_eip`).
   r->set_registers = true;
   r->regs = out.kind == emulator::OutcomeKind::kCompleted ? out.regs : event.regs;
   // Xen's length, not the emulator's 2: a prefixed CPUID is longer.

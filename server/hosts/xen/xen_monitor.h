@@ -13,7 +13,7 @@
 //   The "host" value a CPUID rule starts from is Xen's own answer for the
 //   guest, which the request carries: a leaf the policy does not mention
 //   gets exactly Xen's answer, a HOST rule masks Xen's answer, a CONST rule
-//   replaces it. An exception outcome is injected instead (RIP unchanged).
+//   replaces it.
 //
 // What Xen does not report stays Xen's: RDMSR (there is no read event in
 // Xen 4.17), MSRs not monitored. README.md, "Real Xen", says who enforces

@@ -59,12 +59,6 @@ struct VmEventResponse {
   // vm_event_set_registers; hvm/vm_event.c applies them).
   bool set_registers = false;
   emulator::Regs regs;
-  // An exception to inject before the vCPU resumes (libxendevicemodel's
-  // inject_event); RIP stays at the instruction, as the fault requires.
-  bool inject = false;
-  uint8_t vector = 0;
-  bool has_error_code = false;
-  uint32_t error_code = 0;
   uint32_t raw_reason = 0;
   uint32_t raw_altp2m_idx = 0;
   uint32_t raw_version = 0;

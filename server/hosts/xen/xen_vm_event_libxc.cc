@@ -4,7 +4,6 @@
 // and is one of the two files that include Xen's headers.
 extern "C" {
 #include <xenctrl.h>
-#include <xendevicemodel.h>
 #include <xenevtchn.h>
 #include <xen/vm_event.h>
 }
@@ -13,7 +12,6 @@ extern "C" {
 #include <sys/mman.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -72,7 +70,6 @@ class LibxcVmEventChannel final : public VmEventChannel {
       xenevtchn_close(xce_);
     }
     if (ring_page_ != nullptr) munmap(ring_page_, XC_PAGE_SIZE);
-    if (dmod_ != nullptr) xendevicemodel_close(dmod_);
     if (xch_ != nullptr) xc_interface_close(xch_);
   }
 
@@ -106,9 +103,6 @@ class LibxcVmEventChannel final : public VmEventChannel {
       if (xc_monitor_cpuid(xch_, domain, true) != 0) return Failed("xc_monitor_cpuid", domain);
       cpuid_ = true;
     }
-    errno = 0;
-    dmod_ = xendevicemodel_open(nullptr, 0);
-    if (dmod_ == nullptr) return Failed("xendevicemodel_open", domain);
     return absl::OkStatus();
   }
 
@@ -208,17 +202,6 @@ class LibxcVmEventChannel final : public VmEventChannel {
       r.rip = response.regs.rip;
       r.rflags = response.regs.rflags;
     }
-    if (response.inject) {
-      // Queued on the paused vCPU; delivered when it resumes, before the
-      // faulting instruction runs again.
-      if (xendevicemodel_inject_event(dmod_, static_cast<domid_t>(domain_), response.vcpu,
-                                      response.vector, XEN_DMOP_EVENT_hw_exc,
-                                      response.has_error_code ? response.error_code : ~0u,
-                                      0, 0) != 0) {
-        std::fprintf(stderr, "pvemud: domain %u vcpu %u: injecting vector %u failed: %s\n",
-                     domain_, response.vcpu, response.vector, ErrnoText(LastErrno()).c_str());
-      }
-    }
     RING_IDX prod = ring_.rsp_prod_pvt;
     std::memcpy(RING_GET_RESPONSE(&ring_, prod), &rsp, sizeof(rsp));
     ++prod;
@@ -236,7 +219,6 @@ class LibxcVmEventChannel final : public VmEventChannel {
   vm_event_back_ring_t ring_ = {};
   std::vector<uint32_t> msrs_;
   bool cpuid_ = false;
-  xendevicemodel_handle* dmod_ = nullptr;
 };
 
 }  // namespace
