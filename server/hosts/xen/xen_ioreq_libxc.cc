@@ -18,7 +18,6 @@ extern "C" {
 #include <xen/memory.h>
 }
 
-#include <poll.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -30,6 +29,7 @@ extern "C" {
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/hosts/xen/evtchn_wait.h"
 #include "server/hosts/xen/xen_ioreq.h"
 
 namespace pvemu::server {
@@ -139,27 +139,7 @@ class LibxcIoreqChannel final : public IoreqChannel {
   uint32_t domain() const override { return domain_; }
 
   absl::Status Wait(int timeout_ms) override {
-    pollfd p = {};
-    p.fd = xenevtchn_fd(xce_);
-    p.events = POLLIN | POLLERR;
-    const int n = poll(&p, 1, timeout_ms);
-    if (n < 0) {
-      if (errno == EINTR) return absl::OkStatus();
-      return absl::UnavailableError(absl::StrCat("poll on the ioreq channels: ",
-                                                 std::strerror(LastErrno())));
-    }
-    // Every pending channel is unmasked; Next scans every vCPU's slot.
-    while (n > 0) {
-      const xenevtchn_port_or_error_t port = xenevtchn_pending(xce_);
-      if (port < 0) break;
-      if (xenevtchn_unmask(xce_, port) < 0) {
-        return absl::UnavailableError(absl::StrCat("xenevtchn_unmask: ",
-                                                   std::strerror(LastErrno())));
-      }
-      pollfd again = p;
-      if (poll(&again, 1, 0) <= 0) break;
-    }
-    return absl::OkStatus();
+    return WaitOnEventChannel(xce_, timeout_ms, "the ioreq channels");
   }
 
   bool Next(PortAccess* access) override {

@@ -8,7 +8,6 @@ extern "C" {
 #include <xen/vm_event.h>
 }
 
-#include <poll.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -19,6 +18,7 @@ extern "C" {
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/hosts/xen/evtchn_wait.h"
 #include "server/hosts/xen/xen_vm_event.h"
 
 namespace pvemu::server {
@@ -109,26 +109,7 @@ class LibxcVmEventChannel final : public VmEventChannel {
   uint32_t domain() const override { return domain_; }
 
   absl::Status Wait(int timeout_ms) override {
-    pollfd p = {};
-    p.fd = xenevtchn_fd(xce_);
-    p.events = POLLIN | POLLERR;
-    int n = poll(&p, 1, timeout_ms);
-    if (n < 0) {
-      if (errno == EINTR) return absl::OkStatus();
-      return absl::UnavailableError(absl::StrCat("poll on the vm_event channel: ",
-                                                 ErrnoText(LastErrno())));
-    }
-    if (n == 0) return absl::OkStatus();
-    xenevtchn_port_or_error_t port = xenevtchn_pending(xce_);
-    if (port < 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "xenevtchn_pending: ", ErrnoText(LastErrno())));
-    }
-    if (xenevtchn_unmask(xce_, port) < 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "xenevtchn_unmask: ", ErrnoText(LastErrno())));
-    }
-    return absl::OkStatus();
+    return WaitOnEventChannel(xce_, timeout_ms, "the vm_event channel");
   }
 
   bool Next(VmEvent* event) override {
