@@ -175,6 +175,23 @@ absl::Status PrintEdit(const v1::FleetEditResponse& response) {
   return absl::OkStatus();
 }
 
+// Every fleet edit ends the same way: --if-revision, the call under the edit
+// deadline, the answer printed.
+template <typename Request>
+absl::Status SendEdit(Request& request,
+                      grpc::Status (v1::FleetService::Stub::*call)(grpc::ClientContext*,
+                                                                   const Request&,
+                                                                   v1::FleetEditResponse*)) {
+  ASSIGN_OR_RETURN(int64_t if_revision, IfRevision());
+  request.set_if_revision(if_revision);
+  ASSIGN_OR_RETURN(auto stub, FleetStub());
+  grpc::ClientContext context;
+  SetEditDeadline(&context);
+  v1::FleetEditResponse response;
+  RETURN_IF_ERROR(FromGrpc(((*stub).*call)(&context, request, &response)));
+  return PrintEdit(response);
+}
+
 absl::Status Apply() {
   ASSIGN_OR_RETURN(std::string layer, RequiredLayer());
   v1::FleetApplyRequest request;
@@ -187,14 +204,7 @@ absl::Status Apply() {
   }
   RETURN_IF_ERROR(ReadFileToString(file, request.mutable_textproto()));
   request.set_source_name(file);
-  ASSIGN_OR_RETURN(int64_t if_revision, IfRevision());
-  request.set_if_revision(if_revision);
-  ASSIGN_OR_RETURN(auto stub, FleetStub());
-  grpc::ClientContext context;
-  SetEditDeadline(&context);
-  v1::FleetEditResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub->ApplyLayer(&context, request, &response)));
-  return PrintEdit(response);
+  return SendEdit(request, &v1::FleetService::Stub::ApplyLayer);
 }
 
 absl::Status EditRule(bool set) {
@@ -213,15 +223,8 @@ absl::Status EditRule(bool set) {
     ASSIGN_OR_RETURN(uint32_t id, ParseNumber32(domain, "--domain"));
     request.set_domain(id);
   }
-  ASSIGN_OR_RETURN(int64_t if_revision, IfRevision());
-  request.set_if_revision(if_revision);
-  ASSIGN_OR_RETURN(auto stub, FleetStub());
-  grpc::ClientContext context;
-  SetEditDeadline(&context);
-  v1::FleetEditResponse response;
-  RETURN_IF_ERROR(FromGrpc(set ? stub->SetRule(&context, request, &response)
-                               : stub->DeleteRule(&context, request, &response)));
-  return PrintEdit(response);
+  return SendEdit(request, set ? &v1::FleetService::Stub::SetRule
+                               : &v1::FleetService::Stub::DeleteRule);
 }
 
 }  // namespace
