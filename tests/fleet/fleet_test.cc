@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "pvemu/v1/service.grpc.pb.h"
 #include "tests/fleet/etcd_cluster.h"
+#include "tests/fleet/fleet_hosts.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
@@ -36,15 +37,6 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit)
   return done();
 }
 
-struct Host {
-  server::DaemonOptions options;
-  std::unique_ptr<server::Daemon> daemon;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::EmulatorService::Stub> emulator;
-  std::unique_ptr<v1::FleetService::Stub> fleet;
-  std::unique_ptr<v1::PolicyService::Stub> policy;
-};
-
 class FleetTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -52,18 +44,7 @@ class FleetTest : public ::testing::Test {
     etcd_ = std::make_unique<EtcdCluster>(dir_);
     ASSERT_TRUE(etcd_->Start()) << "the etcd cluster did not come up; see " << dir_;
     // h1, h2: Intel; h3: AMD. Classes: h1 web, h2 web+gpu, h3 gpu.
-    const std::vector<std::pair<std::string, std::vector<std::string>>> hosts = {
-        {"h1", {"web"}}, {"h2", {"web", "gpu"}}, {"h3", {"gpu"}}};
-    for (size_t i = 0; i < hosts.size(); ++i) {
-      Host h;
-      h.options.listen = absl::StrCat("unix://", dir_, "/", hosts[i].first, ".sock");
-      h.options.state_dir = absl::StrCat(dir_, "/state-", hosts[i].first);
-      h.options.fleet = etcd_->Url();
-      h.options.host_id = hosts[i].first;
-      h.options.host_classes = hosts[i].second;
-      if (i == 2) h.options.host_profile = "amd-epyc-7443p";
-      hosts_.push_back(std::move(h));
-    }
+    hosts_ = ThreeFleetHosts(dir_, etcd_->Url());
     for (size_t i = 0; i < hosts_.size(); ++i) StartHost(i);
   }
   void TearDown() override {
@@ -72,26 +53,8 @@ class FleetTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void StartHost(size_t i) {
-    Host& h = hosts_[i];
-    std::vector<std::string> warnings;
-    auto daemon = server::Daemon::Start(h.options, &warnings);
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    h.daemon = std::move(*daemon);
-    h.channel = grpc::CreateChannel(h.options.listen, grpc::InsecureChannelCredentials());
-    h.emulator = v1::EmulatorService::NewStub(h.channel);
-    h.fleet = v1::FleetService::NewStub(h.channel);
-    h.policy = v1::PolicyService::NewStub(h.channel);
-  }
-  void StopHost(size_t i) {
-    Host& h = hosts_[i];
-    h.emulator.reset();
-    h.fleet.reset();
-    h.policy.reset();
-    h.channel.reset();
-    if (h.daemon != nullptr) h.daemon->Shutdown();
-    h.daemon.reset();
-  }
+  void StartHost(size_t i) { hosts_[i].Start(); }
+  void StopHost(size_t i) { hosts_[i].Stop(); }
 
   // What a guest of domain 1 on host i reads from `msr`; -1 for #GP.
   int64_t Read(size_t i, uint32_t msr) {
@@ -138,7 +101,7 @@ class FleetTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<EtcdCluster> etcd_;
-  std::vector<Host> hosts_;
+  std::vector<FleetHost> hosts_;
 };
 
 TEST_F(FleetTest, DefaultEditReachesEveryHostClassEditOnlyItsClassVendorRuleByHost) {

@@ -44,6 +44,7 @@
 #include "server/fleet/etcd_client.h"
 #include "server/fleet/keys.h"
 #include "tests/fleet/etcd_cluster.h"
+#include "tests/fleet/fleet_hosts.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
@@ -84,18 +85,6 @@ SoakRules SoakRulesOf(const v1::Policy& policy) {
   return rules;
 }
 
-struct HostSpec {
-  std::string id;
-  std::vector<std::string> classes;
-};
-
-struct Host {
-  HostSpec spec;
-  server::DaemonOptions options;
-  std::unique_ptr<server::Daemon> daemon;
-  std::unique_ptr<v1::FleetService::Stub> fleet;
-};
-
 // One published policy or one trap answer, as a host served it.
 struct Served {
   size_t host;
@@ -121,18 +110,7 @@ class FleetSoakTest : public ::testing::Test {
     dir_ = MakeTempDir();
     etcd_ = std::make_unique<EtcdCluster>(dir_);
     ASSERT_TRUE(etcd_->Start()) << "the etcd cluster did not come up; see " << dir_;
-    const std::vector<HostSpec> specs = {{"h1", {"web"}}, {"h2", {"web", "gpu"}}, {"h3", {"gpu"}}};
-    for (size_t i = 0; i < specs.size(); ++i) {
-      Host h;
-      h.spec = specs[i];
-      h.options.listen = absl::StrCat("unix://", dir_, "/", specs[i].id, ".sock");
-      h.options.state_dir = absl::StrCat(dir_, "/state-", specs[i].id);
-      h.options.fleet = etcd_->Url();
-      h.options.host_id = specs[i].id;
-      h.options.host_classes = specs[i].classes;
-      if (i == 2) h.options.host_profile = "amd-epyc-7443p";
-      hosts_.push_back(std::move(h));
-    }
+    hosts_ = ThreeFleetHosts(dir_, etcd_->Url());
     for (size_t i = 0; i < hosts_.size(); ++i) StartHost(i);
     server::fleet::EtcdOptions eo;
     eo.endpoints = absl::StrSplit(etcd_->Endpoints(), ',');
@@ -147,21 +125,8 @@ class FleetSoakTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void StartHost(size_t i) {
-    Host& h = hosts_[i];
-    std::vector<std::string> warnings;
-    auto daemon = server::Daemon::Start(h.options, &warnings);
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    h.daemon = std::move(*daemon);
-    h.fleet = v1::FleetService::NewStub(
-        grpc::CreateChannel(h.options.listen, grpc::InsecureChannelCredentials()));
-  }
-  void StopHost(size_t i) {
-    Host& h = hosts_[i];
-    h.fleet.reset();
-    if (h.daemon != nullptr) h.daemon->Shutdown();
-    h.daemon.reset();
-  }
+  void StartHost(size_t i) { hosts_[i].Start(); }
+  void StopHost(size_t i) { hosts_[i].Stop(); }
 
   // Per host: one thread records every policy the host publishes, one
   // probes traps on the soak MSRs issued so far. Both outlive restarts
@@ -240,8 +205,8 @@ class FleetSoakTest : public ::testing::Test {
       range = oracle_->Get(prefix, server::fleet::PrefixEnd(prefix), revision, absl::Seconds(5));
     }
     if (!range.ok()) return range.status();
-    std::set<std::string> mine = {"/pvemu/policy/default", "/pvemu/policy/host/" + hosts_[i].spec.id};
-    for (const std::string& c : hosts_[i].spec.classes) mine.insert("/pvemu/policy/class/" + c);
+    std::set<std::string> mine = {"/pvemu/policy/default", "/pvemu/policy/host/" + hosts_[i].id};
+    for (const std::string& c : hosts_[i].classes) mine.insert("/pvemu/policy/class/" + c);
     SoakRules rules;
     for (const server::fleet::KeyValue& kv : range->kvs) {
       if (!mine.contains(kv.key)) continue;
@@ -270,8 +235,8 @@ class FleetSoakTest : public ::testing::Test {
 
   bool InScope(size_t i, const std::string& layer) const {
     if (layer == "default") return true;
-    if (layer == "host:" + hosts_[i].spec.id) return true;
-    for (const std::string& c : hosts_[i].spec.classes) {
+    if (layer == "host:" + hosts_[i].id) return true;
+    for (const std::string& c : hosts_[i].classes) {
       if (layer == "class:" + c) return true;
     }
     return false;
@@ -279,7 +244,7 @@ class FleetSoakTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<EtcdCluster> etcd_;
-  std::vector<Host> hosts_;
+  std::vector<FleetHost> hosts_;
   std::unique_ptr<server::fleet::EtcdClient> oracle_;
   std::map<std::pair<size_t, int64_t>, SoakRules> etcd_at_;
 
@@ -427,7 +392,7 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
       }
       if (!wrong.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     } while (!wrong.empty() && std::chrono::steady_clock::now() < deadline);
-    EXPECT_TRUE(wrong.empty()) << hosts_[i].spec.id << " serves wrongly: "
+    EXPECT_TRUE(wrong.empty()) << hosts_[i].id << " serves wrongly: "
                                << absl::StrJoin(wrong, ", ");
   }
   StopObservers();
@@ -448,7 +413,7 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
     if (!s.probed.has_value()) {
       ++policies;
       if (s.rules != *want && ++mixed <= 5) {
-        ADD_FAILURE() << hosts_[s.host].spec.id << " published generation " << s.generation
+        ADD_FAILURE() << hosts_[s.host].id << " published generation " << s.generation
                       << " with " << s.rules.size() << " soak rules; etcd at that revision has "
                       << want->size();
       }
@@ -459,7 +424,7 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
     const bool ok = it == want->end() ? s.value != kValueBase + (*s.probed - kSoakBase)
                                       : s.value == it->second;
     if (!ok && ++mixed <= 5) {
-      ADD_FAILURE() << hosts_[s.host].spec.id << " answered a read of " << HexOf(*s.probed)
+      ADD_FAILURE() << hosts_[s.host].id << " answered a read of " << HexOf(*s.probed)
                     << " at generation " << s.generation << " with "
                     << (s.value.has_value() ? absl::StrCat("0x", absl::Hex(*s.value)) : "no value")
                     << "; etcd at that revision says "
