@@ -127,6 +127,17 @@ absl::Status EtcdClient::Error(const grpc::Status& status, absl::string_view wha
                                        : status.error_message()));
 }
 
+template <typename Stub, typename Request, typename Response>
+absl::Status EtcdClient::Unary(
+    Stub& stub, grpc::Status (Stub::*call)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request, Response* response, absl::Duration timeout,
+    absl::string_view what) const {
+  grpc::ClientContext context;
+  Prepare(&context, timeout);
+  grpc::Status status = (stub.*call)(&context, request, response);
+  return status.ok() ? absl::OkStatus() : Error(status, what);
+}
+
 absl::StatusOr<RangeResult> EtcdClient::Get(const std::string& key, const std::string& range_end,
                                             int64_t revision, absl::Duration timeout) const {
   etcdserverpb::RangeRequest request;
@@ -165,10 +176,8 @@ absl::StatusOr<RangeResult> EtcdClient::Get(const std::string& key, const std::s
 absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const etcdserverpb::TxnRequest& request,
                                                           absl::Duration timeout) const {
   etcdserverpb::TxnResponse response;
-  grpc::ClientContext context;
-  Prepare(&context, timeout);
-  grpc::Status status = kv_->Txn(&context, request, &response);
-  if (!status.ok()) return Error(status, "transaction");
+  RETURN_IF_ERROR(Unary(*kv_, &etcdserverpb::KV::Stub::Txn, request, &response, timeout,
+                        "transaction"));
   return response;
 }
 
@@ -179,10 +188,8 @@ absl::StatusOr<int64_t> EtcdClient::Put(const std::string& key, const std::strin
   request.set_value(value);
   request.set_lease(lease);
   etcdserverpb::PutResponse response;
-  grpc::ClientContext context;
-  Prepare(&context, timeout);
-  grpc::Status status = kv_->Put(&context, request, &response);
-  if (!status.ok()) return Error(status, absl::StrCat("writing ", key));
+  RETURN_IF_ERROR(Unary(*kv_, &etcdserverpb::KV::Stub::Put, request, &response, timeout,
+                        absl::StrCat("writing ", key)));
   return response.header().revision();
 }
 
@@ -190,10 +197,8 @@ absl::StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_seconds, absl::Durati
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(ttl_seconds);
   etcdserverpb::LeaseGrantResponse response;
-  grpc::ClientContext context;
-  Prepare(&context, timeout);
-  grpc::Status status = lease_->LeaseGrant(&context, request, &response);
-  if (!status.ok()) return Error(status, "granting a lease");
+  RETURN_IF_ERROR(Unary(*lease_, &etcdserverpb::Lease::Stub::LeaseGrant, request, &response,
+                        timeout, "granting a lease"));
   if (!response.error().empty()) {
     return absl::UnavailableError(absl::StrCat(name_, ": granting a lease: ", response.error()));
   }
@@ -225,11 +230,8 @@ absl::Status EtcdClient::LeaseRevoke(int64_t id, absl::Duration timeout) const {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(id);
   etcdserverpb::LeaseRevokeResponse response;
-  grpc::ClientContext context;
-  Prepare(&context, timeout);
-  grpc::Status status = lease_->LeaseRevoke(&context, request, &response);
-  if (!status.ok()) return Error(status, "revoking the status lease");
-  return absl::OkStatus();
+  return Unary(*lease_, &etcdserverpb::Lease::Stub::LeaseRevoke, request, &response, timeout,
+               "revoking the status lease");
 }
 
 }  // namespace pvemu::server::fleet

@@ -78,6 +78,13 @@ class EtcdClient {
 
  private:
   EtcdClient() = default;
+  // One unary call to etcd under `timeout`; its failure named as `what`.
+  template <typename Stub, typename Request, typename Response>
+  absl::Status Unary(Stub& stub,
+                     grpc::Status (Stub::*call)(grpc::ClientContext*, const Request&, Response*),
+                     const Request& request, Response* response, absl::Duration timeout,
+                     absl::string_view what) const;
+
   std::string name_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
