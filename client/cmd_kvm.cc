@@ -48,16 +48,6 @@ absl::Status KvmFilter() {
 
 }  // namespace
 
-int RunKvmFilter(const Args& args) {
-  if (!args.empty()) {
-    return UsageError("kvm-filter takes flags only (--domain, --policy or --server)");
-  }
-  if (absl::GetFlag(FLAGS_domain).empty()) return UsageError("kvm-filter needs --domain=N");
-  if (std::string conflict = ServerFlagConflict("kvm-filter"); !conflict.empty()) {
-    return UsageError(conflict);
-  }
-  absl::Status status = KvmFilter();
-  return status.ok() ? kExitOk : Fail(status);
-}
+int RunKvmFilter(const Args& args) { return RunDomainPolicyView(args, "kvm-filter", KvmFilter); }
 
 }  // namespace pvemu::client

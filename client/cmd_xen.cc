@@ -49,16 +49,6 @@ absl::Status XenConfigCommand() {
 
 }  // namespace
 
-int RunXenConfig(const Args& args) {
-  if (!args.empty()) {
-    return UsageError("xen-config takes flags only (--domain, --policy or --server)");
-  }
-  if (absl::GetFlag(FLAGS_domain).empty()) return UsageError("xen-config needs --domain=N");
-  if (std::string conflict = ServerFlagConflict("xen-config"); !conflict.empty()) {
-    return UsageError(conflict);
-  }
-  absl::Status status = XenConfigCommand();
-  return status.ok() ? kExitOk : Fail(status);
-}
+int RunXenConfig(const Args& args) { return RunDomainPolicyView(args, "xen-config", XenConfigCommand); }
 
 }  // namespace pvemu::client

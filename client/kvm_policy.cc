@@ -34,6 +34,22 @@ std::string ServerFlagConflict(absl::string_view command) {
   return "";
 }
 
+int RunDomainPolicyView(const std::vector<std::string>& args, absl::string_view command,
+                        absl::FunctionRef<absl::Status()> view) {
+  if (!args.empty()) {
+    return UsageError(
+        absl::StrCat(command, " takes flags only (--domain, --policy or --server)"));
+  }
+  if (absl::GetFlag(FLAGS_domain).empty()) {
+    return UsageError(absl::StrCat(command, " needs --domain=N"));
+  }
+  if (std::string conflict = ServerFlagConflict(command); !conflict.empty()) {
+    return UsageError(conflict);
+  }
+  absl::Status status = view();
+  return status.ok() ? kExitOk : Fail(status);
+}
+
 absl::StatusOr<std::shared_ptr<const policy::Snapshot>> DaemonSnapshot() {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
   v1::GetPolicyResponse policy;

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "kvm/msr_filter.h"
 #include "policy/compile.h"
@@ -17,6 +19,12 @@ namespace pvemu::client {
 // --host-vendor, --host-profile or --policy is given as well ("" if not).
 // `command` names the command in the message.
 std::string ServerFlagConflict(absl::string_view command);
+
+// A per-domain view of the policy (kvm-filter, xen-config): the usage checks
+// they share (flags only, --domain given, no ServerFlagConflict), then
+// `view`; the command's exit code.
+int RunDomainPolicyView(const std::vector<std::string>& args, absl::string_view command,
+                        absl::FunctionRef<absl::Status()> view);
 
 // The daemon's current policy (GetPolicy), compiled here for the daemon's
 // host vendor (GetStats), at the daemon's generation. There is no RPC for a
