@@ -11,8 +11,8 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/flags.h"
-#include "client/kvm_policy.h"
-#include "kvm/msr_filter.h"
+#include "client/domain_policy_view.h"
+#include "enforce/kvm_msr_filter.h"
 
 namespace pvemu::client {
 namespace {
@@ -20,7 +20,7 @@ namespace {
 absl::Status KvmFilter() {
   ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(absl::GetFlag(FLAGS_domain), "--domain"));
   ASSIGN_OR_RETURN(std::shared_ptr<const policy::Snapshot> snapshot, SnapshotFromFlags());
-  ASSIGN_OR_RETURN(kvm::MsrFilter filter, KvmFilterFor(*snapshot, domain));
+  ASSIGN_OR_RETURN(enforce::MsrFilter filter, KvmFilterFor(*snapshot, domain));
   const bool online = !absl::GetFlag(FLAGS_server).empty();
   const std::string vendor = v1::Vendor_Name(snapshot->host_vendor());
   if (JsonOutput()) {
@@ -28,7 +28,7 @@ absl::Status KvmFilter() {
     JsonLine head;
     head.Num("domain", domain).Str("host_vendor", vendor);
     if (online) head.Num("generation", static_cast<double>(snapshot->generation()));
-    const std::string json = kvm::FilterToJson(filter);
+    const std::string json = enforce::FilterToJson(filter);
     absl::string_view members = json;
     absl::ConsumePrefix(&members, "{");
     absl::ConsumeSuffix(&members, "\n");
@@ -40,7 +40,7 @@ absl::Status KvmFilter() {
   // Who the filter is for: vendor rules make it differ between hosts.
   std::printf("domain %u, host vendor %s%s\n", domain, vendor.c_str(),
               online ? absl::StrCat(", pvemud generation ", snapshot->generation()).c_str() : "");
-  std::string text = kvm::FilterToText(filter);
+  std::string text = enforce::FilterToText(filter);
   if (!text.empty() && text.back() != '\n') text.push_back('\n');
   std::fputs(text.c_str(), stdout);
   return absl::OkStatus();

@@ -11,11 +11,11 @@
 #include "client/commands.h"
 #include "client/flags.h"
 #include "client/hex.h"
-#include "client/kvm_policy.h"
+#include "client/domain_policy_view.h"
 #include "client/offline.h"
 #include "emulator/decoder.h"
 #include "emulator/trap_convert.h"
-#include "kvm/msr_filter.h"
+#include "enforce/kvm_msr_filter.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "x86/msr_catalog.h"
@@ -27,7 +27,7 @@
 namespace pvemu::client {
 namespace {
 
-// explain --kvm: whether the MSR exits to pvemu on KVM (kvm::ExplainKvm).
+// explain --kvm: whether the MSR exits to pvemu on KVM (enforce::ExplainKvm).
 struct KvmNote {
   bool exits = false;
   std::string sentence;
@@ -74,8 +74,8 @@ void PrintExplanation(const v1::ExplainResponse& e, const std::optional<KvmNote>
 
 absl::StatusOr<KvmNote> ExplainOnKvm(const policy::Snapshot& snapshot, uint32_t domain,
                                      uint32_t msr) {
-  ASSIGN_OR_RETURN(kvm::MsrFilter filter, KvmFilterFor(snapshot, domain));
-  return KvmNote{filter.Exits(msr), kvm::ExplainKvm(filter, snapshot.ForDomain(domain), msr)};
+  ASSIGN_OR_RETURN(enforce::MsrFilter filter, KvmFilterFor(snapshot, domain));
+  return KvmNote{filter.Exits(msr), enforce::ExplainKvm(filter, snapshot.ForDomain(domain), msr)};
 }
 
 // The daemon's answer (the Explain RPC) with, for --kvm, the KVM note from

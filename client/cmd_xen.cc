@@ -12,8 +12,8 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/flags.h"
-#include "client/kvm_policy.h"
-#include "client/xen_config.h"
+#include "client/domain_policy_view.h"
+#include "enforce/xen_config.h"
 
 namespace pvemu::client {
 namespace {

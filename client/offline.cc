@@ -4,14 +4,14 @@
 #include "client/flags.h"
 #include "policy/shipped.h"
 #include "policy/vendor_proto.h"
-#include "server/hosts/open_host.h"
+#include "hosts/open_host.h"
 #include "base/status_macros.h"
 #include "x86/vendor.h"
 
 namespace pvemu::client {
 
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags() {
-  ASSIGN_OR_RETURN(auto host, server::OpenSimHost(absl::GetFlag(FLAGS_host_profile)));
+  ASSIGN_OR_RETURN(auto host, hosts::OpenSimHost(absl::GetFlag(FLAGS_host_profile)));
   return std::unique_ptr<emulator::Host>(std::move(host));
 }
 

@@ -20,7 +20,7 @@ struct Offline {
 };
 
 // --host-profile: a shipped profile name (default intel-xeon-e-2136) or a
-// file's path, as pvemud takes it (server::OpenSimHost).
+// file's path, as pvemud takes it (hosts::OpenSimHost).
 absl::StatusOr<std::unique_ptr<emulator::Host>> HostFromFlags();
 
 // The host vendor a policy is compiled for offline (explain, kvm-filter):

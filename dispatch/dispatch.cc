@@ -2,7 +2,6 @@
 #include "dispatch/dispatch_testing.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 #include <tuple>
 
@@ -63,12 +62,12 @@ class Dispatcher::DomainView final : public emulator::Domain {
     msr_looked_up_ = false;
     return looked_up;
   }
-  uint32_t msr_index() const { return msr_index_; }
+  uint32_t looked_up_msr() const { return looked_up_msr_; }
   const MsrDecision& decision() const { return decision_; }
 
   const MsrDecision& Msr(uint32_t index) const override {
     msr_looked_up_ = true;
-    msr_index_ = index;
+    looked_up_msr_ = index;
     const policy::MsrEntry& e = snap_->Lookup(index);
     // Same numbering (static_asserts above); unspecified (0) reads as #GP.
     decision_.read = static_cast<MsrRead>(e.read);
@@ -133,7 +132,7 @@ class Dispatcher::DomainView final : public emulator::Domain {
   uint32_t domain_ = 0;
   const bool allow_host_writes_;
   mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
-  mutable uint32_t msr_index_ = 0;
+  mutable uint32_t looked_up_msr_ = 0;
   mutable bool msr_looked_up_ = false;
 };
 
@@ -337,7 +336,8 @@ constexpr size_t kMaxFirstAccessLogs = 4096;
 // Logs, once per process, the first access of (domain, MSR, access) that a
 // GP rule or the unknown-MSR mode decided. Off the trap's fast path: only
 // when a session's count table takes a new key.
-ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const policy::Snapshot& snapshot, uint32_t domain,
+ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const std::function<void(absl::string_view)>& log,
+                                            const policy::Snapshot& snapshot, uint32_t domain,
                                             uint32_t msr, bool write,
                                             const emulator::MsrDecision& decision, uint64_t rip) {
   bool decoded_write = false;
@@ -345,6 +345,7 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const policy::Snapshot& snapshot, ui
       TrapCountTables::DecodeMsrAction(TrapCountTables::MsrCode(write, decision), &decoded_write);
   const bool unknown = action == MsrAction::kUnknownGp || action == MsrAction::kUnknownRelaxed;
   if (!unknown && action != MsrAction::kGp) return;
+  if (!log) return;
   static absl::Mutex mu(absl::kConstInit);
   static auto* logged = new absl::flat_hash_set<uint64_t>();  // guarded by mu
   static bool full = false;                                   // guarded by mu
@@ -355,8 +356,7 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const policy::Snapshot& snapshot, ui
     if (logged->contains(key)) return;
     if (logged->size() == kMaxFirstAccessLogs) {
       full = true;
-      std::fprintf(stderr, "pvemud: further first accesses not logged (%zu logged)\n",
-                   kMaxFirstAccessLogs);
+      log(absl::StrFormat("further first accesses not logged (%zu logged)", kMaxFirstAccessLogs));
       return;
     }
     logged->insert(key);
@@ -368,13 +368,10 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const policy::Snapshot& snapshot, ui
     rule = e.source.empty() ? e.layer : absl::StrCat(e.source, " (", e.layer, ")");
   }
   const absl::string_view name = x86::MsrName(msr);
-  std::fprintf(stderr,
-               "pvemud: first %s of MSR 0x%x%s%s%s by domain %u: %s by %s at rip 0x%llx; "
-               "repeats are only counted\n",
-               write ? "write" : "read", msr, name.empty() ? "" : " (",
-               std::string(name).c_str(), name.empty() ? "" : ")", domain,
-               std::string(MsrActionName(action)).c_str(), rule.c_str(),
-               static_cast<unsigned long long>(rip));
+  log(absl::StrFormat(
+      "first %s of MSR 0x%x%s%s%s by domain %u: %s by %s at rip 0x%llx; repeats are only counted",
+      write ? "write" : "read", msr, name.empty() ? "" : " (", name, name.empty() ? "" : ")",
+      domain, MsrActionName(action), rule, static_cast<unsigned long long>(rip)));
 }
 
 }  // namespace
@@ -394,8 +391,8 @@ void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const em
       decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
   if (msr_insn && msr_lookup) {
     const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
-    if (tables.CountMsr(trap.domain, view_->msr_index(), write, view_->decision())) [[unlikely]] {
-      LogFirstAccess(snapshot, trap.domain, view_->msr_index(), write, view_->decision(),
+    if (tables.CountMsr(trap.domain, view_->looked_up_msr(), write, view_->decision())) [[unlikely]] {
+      LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view_->looked_up_msr(), write, view_->decision(),
                      trap.regs.rip);
     }
   }
@@ -439,69 +436,6 @@ emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
 emulator::Outcome DispatchTesting::HandleWithoutObservers(Dispatcher::Session& session,
                                                           const emulator::Trap& trap) {
   return session.HandleImpl<false>(trap, nullptr, nullptr);
-}
-
-struct TrapCapture::Impl {
-  absl::Mutex mu;
-  std::unique_ptr<traplog::TrapLogWriter> writer ABSL_GUARDED_BY(mu);
-  absl::Status error ABSL_GUARDED_BY(mu);  // the first failure; later records are dropped
-  v1::TrapRecord record ABSL_GUARDED_BY(mu);  // reused
-  uint64_t records ABSL_GUARDED_BY(mu) = 0;
-};
-
-TrapCapture::TrapCapture(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { SetActive(true); }
-TrapCapture::~TrapCapture() { (void)Close(); }
-
-absl::StatusOr<std::unique_ptr<TrapCapture>> TrapCapture::Open(const std::string& path) {
-  auto impl = std::make_unique<Impl>();
-  absl::StatusOr<std::unique_ptr<traplog::TrapLogWriter>> writer =
-      traplog::TrapLogWriter::Open(path);
-  if (!writer.ok()) return writer.status();
-  {
-    absl::MutexLock lock(&impl->mu);
-    impl->writer = std::move(*writer);
-  }
-  return std::unique_ptr<TrapCapture>(new TrapCapture(std::move(impl)));
-}
-
-void TrapCapture::OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
-                         const emulator::Instruction& insn, emulator::DecodeError error) {
-  absl::MutexLock lock(&impl_->mu);
-  if (impl_->writer == nullptr || !impl_->error.ok()) return;
-  v1::TrapRecord& rec = impl_->record;
-  rec.Clear();
-  emulator::TrapToProto(trap, rec.mutable_trap());
-  v1::Expectation* expect = rec.mutable_expect();
-  expect->set_kind(static_cast<v1::Outcome::Kind>(outcome.kind));
-  if (outcome.kind == emulator::OutcomeKind::kException) {
-    expect->set_vector(static_cast<v1::Vector>(outcome.vector));
-  } else if (outcome.kind == emulator::OutcomeKind::kCompleted &&
-             error == emulator::DecodeError::kOk && insn.kind == emulator::InsnKind::kRdmsr) {
-    expect->set_value((outcome.regs.gpr[emulator::kRdx] << 32) |
-                      (outcome.regs.gpr[emulator::kRax] & 0xffffffffu));
-  }
-  absl::Status status = impl_->writer->Append(rec);
-  if (!status.ok()) {
-    impl_->error = status;
-    std::fprintf(stderr, "pvemud: capture stopped: %s\n", std::string(status.message()).c_str());
-    return;
-  }
-  ++impl_->records;
-}
-
-absl::Status TrapCapture::Close() {
-  SetActive(false);
-  absl::MutexLock lock(&impl_->mu);
-  if (impl_->writer == nullptr) return impl_->error;
-  absl::Status status = impl_->writer->Close();
-  impl_->writer.reset();
-  if (impl_->error.ok()) impl_->error = status;
-  return status;
-}
-
-uint64_t TrapCapture::records() const {
-  absl::MutexLock lock(&impl_->mu);
-  return impl_->records;
 }
 
 void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -23,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "emulator/trap.h"
 #include "emulator/decoder.h"
@@ -46,27 +48,12 @@ struct DispatchOptions {
   // predictable branch for them and a session allocates no tables; Stats()
   // (the by-outcome totals) counts either way.
   bool count_by_domain_and_msr = false;
-};
-
-// Records every handled trap with its outcome as an expectation, to a trap
-// log (pvemud --capture=FILE): an observer, active from Open to Close.
-// Thread-safe: appends serialise on a mutex, which is why capture is off
-// unless asked for.
-class TrapCapture final : public TrapObserver {
- public:
-  // Opens `path` (.traps or .textproto, see traplog/encoding.h).
-  static absl::StatusOr<std::unique_ptr<TrapCapture>> Open(const std::string& path);
-  ~TrapCapture() override;
-  void OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
-              const emulator::Instruction& insn, emulator::DecodeError error) override;
-  // Makes the log durable and complete; later Record calls are dropped.
-  absl::Status Close();
-  uint64_t records() const;
-
- private:
-  struct Impl;
-  explicit TrapCapture(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  // Where lines for the operator go, one sentence each without a program
+  // prefix: the first access of a (domain, MSR, access) that a GP rule or the
+  // unknown-MSR mode decided, while counting_by_domain_and_msr (the daemon
+  // prints them as "pvemud: ..."). Null: not reported. Called off the fast
+  // path, at most once per (domain, MSR, access) and process.
+  std::function<void(absl::string_view line)> log;
 };
 
 struct TrapStats {
@@ -146,7 +133,7 @@ class Dispatcher {
   // A session whose host is `host` instead of the dispatcher's (it must
   // outlive the session): for a trap source that knows better than the
   // physical host what some host reads give, as Xen's vm_event knows the
-  // CPUID answer Xen computed for the guest (server/hosts/xen/xen_monitor.h).
+  // CPUID answer Xen computed for the guest (server/xen/xen_monitor.h).
   std::unique_ptr<Session> NewSession(emulator::Host& host);
 
   // Reports every handled trap to `observer` while it is active (a

@@ -1,5 +1,5 @@
 // The physical host, as the emulator needs it for passthrough accesses.
-// Implementations live in server/hosts/: sim (a profile), linux (/dev/cpu/N/msr),
+// Implementations live in hosts/: sim (a profile), linux (/dev/cpu/N/msr),
 // xen (libxenctrl). Tests use a fake.
 #ifndef PVEMU_EMULATOR_HOST_H_
 #define PVEMU_EMULATOR_HOST_H_

@@ -17,7 +17,7 @@
 #include "kvm/subscription.h"
 #include "policy/shipped.h"
 #include "policy/vendor_proto.h"
-#include "server/hosts/open_host.h"
+#include "hosts/open_host.h"
 #include "x86/vendor.h"
 
 namespace pvemu::kvm {
@@ -333,7 +333,7 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
         "(pvemud's socket)");
   }
   std::unique_ptr<DataPlane> plane(new DataPlane(options));
-  server::HostOptions host_options;
+  hosts::HostOptions host_options;
   host_options.profile = options.host_profile;
   if (options.host != "sim" && !options.host_profile.empty()) {
     return absl::InvalidArgumentError(
@@ -342,7 +342,7 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
   if (options.host == "xen") {
     return absl::InvalidArgumentError("the KVM data plane runs on host \"sim\" or \"linux\"");
   }
-  ASSIGN_OR_RETURN(plane->host_, server::OpenHost(options.host, host_options));
+  ASSIGN_OR_RETURN(plane->host_, hosts::OpenHost(options.host, host_options));
   const pvemu::v1::Vendor vendor = plane->host_->vendor();
 
   if (!options.policy.empty()) {

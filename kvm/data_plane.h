@@ -23,7 +23,7 @@
 #include "dispatch/dispatch.h"
 #include "emulator/host.h"
 #include "kvm/audit_ring.h"
-#include "kvm/msr_filter.h"
+#include "enforce/kvm_msr_filter.h"
 #include "kvm/pvemu_kvm.h"
 #include "policy/loader.h"
 #include "policy/store.h"

@@ -1,7 +1,7 @@
 // Policies shipped with pvemu, embedded at build time (and installed as files
 // under DATADIR/pvemu/policies/, where an operator may add more). Immutable;
 // safe from any thread. Host profiles live beside the sim host
-// (server/hosts/profiles.h).
+// (hosts/profiles.h).
 #ifndef PVEMU_POLICY_SHIPPED_H_
 #define PVEMU_POLICY_SHIPPED_H_
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "policy/loader.h"
+#include "policy/rule_edit.h"
 #include "policy/rules.h"
 #include "policy/shipped.h"
 #include "base/checksum.h"
@@ -102,19 +103,7 @@ Layer* FindLayer(Policy* policy, LayerRef ref, bool create) {
   return l;
 }
 
-// The index of the rule in `layer` with the target and conditions of `rule`.
-int FindRule(const Layer& layer, const MsrRule& rule, const Target& target) {
-  for (int i = 0; i < layer.msr_size(); ++i) {
-    absl::StatusOr<Target> t = ResolveTarget(layer.msr(i));
-    if (t.ok() && t->first == target.first && t->last == target.last &&
-        t->single == target.single && SameConditions(layer.msr(i), rule)) {
-      return i;
-    }
-  }
-  return -1;
-}
-
-absl::StatusOr<Policy> MergeLayer(const Policy& base, LayerRef ref, const Policy& layer_policy) {
+absl::StatusOr<Policy> WithLayerReplaced(const Policy& base, LayerRef ref, const Policy& layer_policy) {
   Policy out = base;
   if (ref.is_default) {
     if (layer_policy.domain_size() != 0) {
@@ -400,50 +389,31 @@ absl::StatusOr<EditResult> Store::ApplyLayer(LayerRef layer, const Policy& layer
   RETURN_IF_ERROR(CheckGeneration(options));
   // Errors inside the layer point into the caller's text.
   RETURN_IF_ERROR(ValidatePolicy(layer_policy, source));
-  ASSIGN_OR_RETURN(Policy candidate, MergeLayer(policy_, layer, layer_policy));
+  ASSIGN_OR_RETURN(Policy candidate, WithLayerReplaced(policy_, layer, layer_policy));
   return Commit(std::move(candidate), SourceMap(source.source()), options, "ApplyLayer",
                 layer.ToString());
 }
 
-absl::StatusOr<EditResult> Store::EditRule(
-    LayerRef layer, const MsrRule& rule, const EditOptions& options, const char* method,
-    bool create_layer, absl::FunctionRef<absl::Status(Layer*, int, const Target&)> edit) {
+absl::StatusOr<EditResult> Store::EditRule(LayerRef layer, const MsrRule& rule,
+                                           const EditOptions& options, RuleEditKind kind) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckGeneration(options));
-  ASSIGN_OR_RETURN(Target target, ResolveTarget(rule));
   Policy candidate = policy_;
-  Layer* l = FindLayer(&candidate, layer, create_layer);
-  int i = l == nullptr ? -1 : FindRule(*l, rule, target);
-  RETURN_IF_ERROR(edit(l, i, target));
+  Layer* l = FindLayer(&candidate, layer, /*create=*/kind == RuleEditKind::kSet);
+  RETURN_IF_ERROR(
+      EditRuleInLayer(l, rule, kind, absl::StrCat("the ", layer.ToString(), " layer")));
+  const char* method = kind == RuleEditKind::kSet ? "SetRule" : "DeleteRule";
   return Commit(std::move(candidate), SourceMap(method), options, method, layer.ToString());
 }
 
 absl::StatusOr<EditResult> Store::SetRule(LayerRef layer, const MsrRule& rule,
                                           const EditOptions& options) {
-  return EditRule(layer, rule, options, "SetRule", /*create_layer=*/true,
-                  [&](Layer* l, int i, const Target&) {
-                    if (i >= 0) {
-                      *l->mutable_msr(i) = rule;
-                    } else {
-                      *l->add_msr() = rule;
-                    }
-                    return absl::OkStatus();
-                  });
+  return EditRule(layer, rule, options, RuleEditKind::kSet);
 }
 
 absl::StatusOr<EditResult> Store::DeleteRule(LayerRef layer, const MsrRule& rule,
                                              const EditOptions& options) {
-  return EditRule(layer, rule, options, "DeleteRule", /*create_layer=*/false,
-                  [&](Layer* l, int i, const Target& target) {
-                    if (i < 0) {
-                      return absl::NotFoundError(
-                          absl::StrCat("no rule for ", DescribeTarget(target),
-                                       " with these conditions in the ", layer.ToString(),
-                                       " layer"));
-                    }
-                    l->mutable_msr()->erase(l->mutable_msr()->begin() + i);
-                    return absl::OkStatus();
-                  });
+  return EditRule(layer, rule, options, RuleEditKind::kDelete);
 }
 
 absl::StatusOr<std::string> Store::Diff(const Policy& policy, const SourceMap& source) const {
@@ -456,7 +426,7 @@ absl::StatusOr<std::string> Store::DiffLayer(LayerRef layer, const Policy& layer
                                              const SourceMap& source) const {
   RETURN_IF_ERROR(ValidatePolicy(layer_policy, source));
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Policy candidate, MergeLayer(policy_, layer, layer_policy));
+  ASSIGN_OR_RETURN(Policy candidate, WithLayerReplaced(policy_, layer, layer_policy));
   RETURN_IF_ERROR(ValidatePolicy(candidate, SourceMap(source.source())));
   return DiffText(ToTextProto(policy_), ToTextProto(candidate));
 }

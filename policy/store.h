@@ -24,12 +24,12 @@
 #include "absl/synchronization/mutex.h"
 #include "policy/compile.h"
 #include "policy/explain.h"
+#include "policy/rule_edit.h"
 #include "policy/source_map.h"
 #include "pvemu/v1/policy.pb.h"
 
 namespace pvemu::policy {
 
-struct Target;  // policy/rules.h
 
 // Which layer an edit is about.
 struct LayerRef {
@@ -173,14 +173,11 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckGeneration(const EditOptions& options) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SetRule and DeleteRule: under mu_, checks the generation and resolves the
-  // rule's target, then calls `edit` on a copy of the policy with the rule's
-  // layer (null when it is absent and !create_layer) and the rule's position
-  // in it (-1: none), and commits the copy unless `edit` fails.
-  absl::StatusOr<EditResult> EditRule(
-      LayerRef layer, const pvemu::v1::MsrRule& rule, const EditOptions& options,
-      const char* method, bool create_layer,
-      absl::FunctionRef<absl::Status(pvemu::v1::Layer*, int, const Target&)> edit)
+  // SetRule and DeleteRule: under mu_, checks the generation, edits the
+  // rule in a copy of the policy (EditRuleInLayer; SetRule creates the layer
+  // if it is absent) and commits the copy unless the edit fails.
+  absl::StatusOr<EditResult> EditRule(LayerRef layer, const pvemu::v1::MsrRule& rule,
+                                      const EditOptions& options, RuleEditKind kind)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Publish(std::shared_ptr<const Snapshot> snapshot);
 

@@ -22,30 +22,35 @@
 #include "policy/shipped.h"
 #include "server/auth.h"
 #include "dispatch/dispatch.h"
-#include "kvm/msr_filter.h"
+#include "dispatch/trap_capture.h"
+#include "enforce/kvm_msr_filter.h"
 #include "server/fault_logging_host.h"
-#include "server/hosts/open_host.h"
-#include "server/hosts/xen/xen_host.h"
-#include "server/fleet/fleet.h"
-#include "server/fleet/service.h"
+#include "hosts/open_host.h"
+#include "hosts/xen/xen_host.h"
+#include "fleet/fleet.h"
+#include "server/fleet_service.h"
 #include "server/listener.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
-#include "server/services.h"
-#include "server/hosts/xen/xen_enforcement.h"
-#include "server/hosts/xen/xen_monitor.h"
-#include "server/hosts/xen/xen_port_server.h"
-#include "server/hosts/xen/xen_vm_event.h"
+#include "server/audit_service.h"
+#include "server/emulator_service.h"
+#include "server/kvm_attachments.h"
+#include "server/kvm_service.h"
+#include "server/policy_service.h"
+#include "enforce/xen_enforcement.h"
+#include "server/xen/xen_monitor.h"
+#include "server/xen/xen_port_server.h"
+#include "server/xen/xen_vm_event.h"
 
 namespace pvemu::server {
 namespace {
 
 // Lists Xen's live domains for `pvemuctl domains`.
-LiveDomainsFn XenDomains(XenHost* xen) {
+LiveDomainsFn XenDomains(hosts::XenHost* xen) {
   return [xen]() -> absl::StatusOr<std::vector<v1::DomainInfo>> {
-    ASSIGN_OR_RETURN(std::vector<DomainState> states, xen->ListDomains());
+    ASSIGN_OR_RETURN(std::vector<hosts::DomainState> states, xen->ListDomains());
     std::vector<v1::DomainInfo> out;
-    for (const DomainState& s : states) {
+    for (const hosts::DomainState& s : states) {
       v1::DomainInfo d;
       d.set_domain(s.domid);
       d.set_live(true);
@@ -104,7 +109,22 @@ class DaemonImpl final : public Daemon {
     }
   }
 
+  // Init's phases, in order: the listening flags, the host, the store, the
+  // trap path, the services, the server, the Xen monitors.
   absl::Status Init(const DaemonOptions& options, std::vector<std::string>* warnings);
+  struct Listening {
+    bool activated = false;   // a socket from systemd (--listen-fd)
+    std::string socket_path;  // unix:// (empty for TCP)
+    bool tls = false;         // TCP with client certificates
+  };
+  static absl::StatusOr<Listening> CheckListening(const DaemonOptions& options);
+  absl::Status OpenStore(const DaemonOptions& options, std::vector<std::string>* warnings);
+  absl::Status StartDispatch(const DaemonOptions& options);
+  void CreateServices(const DaemonOptions& options);
+  absl::Status StartServer(const DaemonOptions& options, const Listening& listening);
+  // Opens --host (wrapped to log host faults) into host_; xen_host_ when it
+  // is Xen, which only the daemon opens (hosts::OpenHost has no Xen).
+  absl::Status OpenBackend(const DaemonOptions& options);
   absl::Status StartMonitors(const DaemonOptions& options);
   // Fleet mode: the store holds the base policy in memory (the fleet's
   // last good state lives in state_dir/fleet.state, not policy.textproto),
@@ -119,7 +139,7 @@ class DaemonImpl final : public Daemon {
   bool host_writes_ = false;
   bool shut_down_ = false;
   std::unique_ptr<emulator::Host> host_;  // the backend behind a FaultLoggingHost
-  emulator::Host* raw_host_ = nullptr;    // the backend itself
+  hosts::XenHost* xen_host_ = nullptr;    // the backend, when it is --host=xen
   std::unique_ptr<policy::Store> store_;
   dispatch::AuditHub audit_;
   RpcMetrics rpc_metrics_;  // counted only while --metrics is on
@@ -164,14 +184,31 @@ void DaemonImpl::OnEdit(const policy::EditEvent& edit) {
   audit_.PublishEdit(std::move(event));
 }
 
-absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::string>* warnings) {
-  listen_ = options.listen;
-  state_dir_ = options.state_dir;
-  host_writes_ = options.allow_host_writes;
-  const bool activated = options.listen_fd >= 0;
-  const std::string socket_path = UnixSocketPath(options.listen);
-  const bool tls = !options.tls_cert.empty() || !options.tls_key.empty() ||
-                   !options.tls_client_ca.empty();
+absl::Status DaemonImpl::OpenBackend(const DaemonOptions& options) {
+  std::unique_ptr<emulator::Host> host;
+  if (options.host == "xen" && options.host_profile.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<hosts::XenHost> xen, hosts::XenHost::Open());
+    xen_host_ = xen.get();
+    host = std::move(xen);
+  } else {
+    hosts::HostOptions host_options;
+    host_options.profile = options.host_profile;
+    ASSIGN_OR_RETURN(host, hosts::OpenHost(options.host, host_options));
+  }
+  host_ = std::make_unique<FaultLoggingHost>(std::move(host));
+  return absl::OkStatus();
+}
+
+// How pvemud listens: a socket systemd passed, a Unix socket it binds, or
+// TCP with TLS and client certificates. InvalidArgument for a combination
+// that makes no sense, saying which flags to drop or add.
+absl::StatusOr<DaemonImpl::Listening> DaemonImpl::CheckListening(const DaemonOptions& options) {
+  Listening l;
+  l.activated = options.listen_fd >= 0;
+  l.socket_path = UnixSocketPath(options.listen);
+  l.tls = !options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_client_ca.empty();
+  const bool activated = l.activated, tls = l.tls;
+  const std::string& socket_path = l.socket_path;
   if (activated && tls) {
     return absl::InvalidArgumentError(
         "--tls-* flags apply to TCP listening; the socket systemd passed is a Unix "
@@ -194,17 +231,12 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
         "--tls-* flags apply to TCP listening; a unix:// socket is authenticated by "
         "SO_PEERCRED instead: drop the --tls-* flags or listen on host:port");
   }
+  return l;
+}
 
-  if (!options.metrics.empty()) RETURN_IF_ERROR(ParseMetricsAddress(options.metrics).status());
-  ASSIGN_OR_RETURN(AllowList readers, ParseAllowList(options.readers, "readers"));
-  ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));
-
-  HostOptions host_options;
-  host_options.profile = options.host_profile;
-  ASSIGN_OR_RETURN(std::unique_ptr<emulator::Host> host, OpenHost(options.host, host_options));
-  raw_host_ = host.get();
-  host_ = std::make_unique<FaultLoggingHost>(std::move(host));
-
+// The policy store: on disk in --state-dir (created 0700), or the fleet's.
+absl::Status DaemonImpl::OpenStore(const DaemonOptions& options,
+                                   std::vector<std::string>* warnings) {
   if (!state_dir_.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(state_dir_, ec);
@@ -220,30 +252,46 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   } else {
     RETURN_IF_ERROR(StartFleet(options, warnings));
   }
+  return absl::OkStatus();
+}
+
+// The trap path, and the capture observer when --capture is given.
+absl::Status DaemonImpl::StartDispatch(const DaemonOptions& options) {
   dispatch::DispatchOptions dispatch_options;
   dispatch_options.allow_host_writes = options.allow_host_writes;
   dispatch_options.count_by_domain_and_msr = options.count_msrs || !options.metrics.empty();
+  dispatch_options.log = [](absl::string_view line) {
+    std::fprintf(stderr, "pvemud: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
   dispatcher_ = std::make_unique<dispatch::Dispatcher>(*store_, *host_, &audit_, dispatch_options);
   if (!options.capture.empty()) {
-    ASSIGN_OR_RETURN(capture_, dispatch::TrapCapture::Open(options.capture));
+    ASSIGN_OR_RETURN(capture_, dispatch::TrapCapture::Open(
+                                   options.capture, [](const absl::Status& status) {
+                                     std::fprintf(stderr, "pvemud: capture stopped: %s\n",
+                                                  std::string(status.message()).c_str());
+                                   }));
     RETURN_IF_ERROR(dispatcher_->AddObserver(capture_.get()));
   }
-  auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
+  return absl::OkStatus();
+}
 
+// The gRPC services over the store and the dispatcher, and the check that
+// refuses an edit an attached KVM data plane could not apply.
+void DaemonImpl::CreateServices(const DaemonOptions& options) {
   LiveDomainsFn live;
-  if (auto* xen = dynamic_cast<XenHost*>(raw_host_); xen != nullptr) live = XenDomains(xen);
+  if (xen_host_ != nullptr) live = XenDomains(xen_host_);
   RpcMetrics* rpc_metrics = options.metrics.empty() ? nullptr : &rpc_metrics_;
   policy_service_ =
       std::make_unique<PolicyServiceImpl>(*store_, *auth_, std::move(live), rpc_metrics,
                                           &kvm_attachments_);
-  if (dynamic_cast<XenHost*>(raw_host_) != nullptr) {
+  if (xen_host_ != nullptr) {
     // Explain says which decisions Xen lets this daemon carry out.
-    XenMonitoring monitoring{options.monitor_domains, options.monitor_msrs,
+    enforce::XenMonitoring monitoring{options.monitor_domains, options.monitor_msrs,
                              options.monitor_ports};
     policy_service_->SetHostNote([monitoring](const policy::Explanation& e) {
       return e.port.has_value()
-                 ? XenPortNote(monitoring, e.domain, *e.port, e.width)
-                 : XenMsrNote(monitoring, e.domain, e.msr, e.write);
+                 ? enforce::XenPortNote(monitoring, e.domain, *e.port, e.width)
+                 : enforce::XenMsrNote(monitoring, e.domain, e.msr, e.write);
     });
   }
   emulator_service_ = std::make_unique<EmulatorServiceImpl>(
@@ -260,8 +308,8 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   // the rules named, rather than ignored there.
   store_->SetCandidateCheck([this](const policy::Snapshot& candidate) -> absl::Status {
     for (const KvmAttachments::Attachment& a : kvm_attachments_.List()) {
-      absl::StatusOr<kvm::MsrFilter> filter =
-          kvm::CompileMsrFilter(candidate.ForDomain(a.domain));
+      absl::StatusOr<enforce::MsrFilter> filter =
+          enforce::CompileMsrFilter(candidate.ForDomain(a.domain));
       if (!filter.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "refused: domain ", a.domain, " runs on KVM (libpvemu-kvm in pid ", a.pid,
@@ -271,7 +319,14 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
     }
     return absl::OkStatus();
   });
+}
 
+// The gRPC server on its listener, with /metrics when --metrics is given.
+absl::Status DaemonImpl::StartServer(const DaemonOptions& options, const Listening& listening) {
+  const bool tls = listening.tls;
+  const bool activated = listening.activated;
+  const std::string& socket_path = listening.socket_path;
+  RpcMetrics* rpc_metrics = options.metrics.empty() ? nullptr : &rpc_metrics_;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -316,6 +371,23 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
         " (address in use, or not an address this host has)"));
   }
   if (listener_ != nullptr) listener_->Start(server_.get(), &peers_);
+  return absl::OkStatus();
+}
+
+absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::string>* warnings) {
+  listen_ = options.listen;
+  state_dir_ = options.state_dir;
+  host_writes_ = options.allow_host_writes;
+  ASSIGN_OR_RETURN(const Listening listening, CheckListening(options));
+  if (!options.metrics.empty()) RETURN_IF_ERROR(ParseMetricsAddress(options.metrics).status());
+  ASSIGN_OR_RETURN(AllowList readers, ParseAllowList(options.readers, "readers"));
+  ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));
+  RETURN_IF_ERROR(OpenBackend(options));
+  RETURN_IF_ERROR(OpenStore(options, warnings));
+  RETURN_IF_ERROR(StartDispatch(options));
+  auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
+  CreateServices(options);
+  RETURN_IF_ERROR(StartServer(options, listening));
   return StartMonitors(options);
 }
 
@@ -355,7 +427,7 @@ absl::Status DaemonImpl::StartMonitors(const DaemonOptions& options) {
     }
     return absl::OkStatus();
   }
-  if (dynamic_cast<XenHost*>(raw_host_) == nullptr) {
+  if (xen_host_ == nullptr) {
     return absl::InvalidArgumentError(
         "--monitor-domain watches Xen's vm_event ring: it needs --host=xen");
   }

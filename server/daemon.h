@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/hosts/xen/xen_ioreq.h"
+#include "server/xen/xen_ioreq.h"
 
 namespace pvemu::server {
 
@@ -37,12 +37,12 @@ struct DaemonOptions {
   bool count_msrs = false;
   // xen only: watch these HVM domains on Xen's vm_event ring and answer
   // from the policy their CPUID and their writes of `monitor_msrs`
-  // (server/hosts/xen/xen_monitor.h), and, through an ioreq server, their
-  // port I/O to `monitor_ports` (server/hosts/xen/xen_port_server.h).
+  // (server/xen/xen_monitor.h), and, through an ioreq server, their
+  // port I/O to `monitor_ports` (server/xen/xen_port_server.h).
   std::vector<uint32_t> monitor_domains;
   std::vector<uint32_t> monitor_msrs;
   std::vector<PortSpan> monitor_ports;
-  // Fleet mode (server/fleet/fleet.h): take the policy's layers from etcd,
+  // Fleet mode (fleet/fleet.h): take the policy's layers from etcd,
   // etcd://HOST:PORT[,HOST:PORT...][/PREFIX]. "" (the default): none, and
   // pvemud works exactly as without fleet mode.
   std::string fleet;

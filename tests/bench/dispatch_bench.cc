@@ -16,13 +16,13 @@
 #include "emulator/trap.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "hosts/profiles.h"
 #include "policy/store.h"
 #include "base/textproto.h"
 #include "dispatch/audit.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/dispatch_testing.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/sim_host.h"
 #include "tests/bench/interleave.h"
 #include "tests/bench/policy_gen.h"
 #include "tests/bench/trap_mix.h"
@@ -34,7 +34,7 @@ namespace {
 // The sim Intel host, a store of `policy`, and a dispatcher with an audit
 // hub that nobody watches (hooks compiled in, switched off).
 struct World {
-  std::unique_ptr<server::SimHost> host;
+  std::unique_ptr<hosts::SimHost> host;
   std::unique_ptr<policy::Store> store;
   dispatch::AuditHub audit;
   std::unique_ptr<dispatch::Dispatcher> dispatcher;
@@ -42,8 +42,8 @@ struct World {
   explicit World(const v1::Policy* policy = nullptr,
                  dispatch::DispatchOptions options = dispatch::DispatchOptions()) {
     v1::HostProfile profile;
-    (void)ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
-    host = std::move(server::SimHost::Create(profile, "intel")).value();
+    (void)ParseTextProto(hosts::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
+    host = std::move(hosts::SimHost::Create(profile, "intel")).value();
     if (policy == nullptr) {
       auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
       store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL))

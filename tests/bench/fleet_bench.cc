@@ -30,7 +30,7 @@
 #include "grpcpp/create_channel.h"
 #include "pvemu/v1/service.grpc.pb.h"
 #include "server/daemon.h"
-#include "server/fleet/etcd_client.h"
+#include "fleet/etcd_client.h"
 
 namespace pvemu::bench {
 namespace {
@@ -44,7 +44,7 @@ struct FleetWorld {
   std::string error;  // why the world is not up
   pid_t etcd = -1;
   std::string endpoint;
-  std::unique_ptr<server::fleet::EtcdClient> client;
+  std::unique_ptr<fleet::EtcdClient> client;
   std::vector<std::unique_ptr<server::Daemon>> daemons;
   std::vector<std::unique_ptr<v1::EmulatorService::Stub>> emulators;
   std::unique_ptr<v1::FleetService::Stub> fleet;
@@ -87,9 +87,9 @@ struct FleetWorld {
       healthy = std::system(probe.c_str()) == 0;
       if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    server::fleet::EtcdOptions eo;
+    fleet::EtcdOptions eo;
     eo.endpoints = {endpoint};
-    auto c = server::fleet::EtcdClient::Create(eo);
+    auto c = fleet::EtcdClient::Create(eo);
     if (!c.ok()) {
       error = std::string(c.status().message());
       return;
@@ -171,7 +171,7 @@ void BM_FleetEditToAllHosts(benchmark::State& state) {
   // The round trip's watch, on a key of its own.
   const std::string key = "/pvemu-bench/roundtrip";
   grpc::ClientContext watch_context;
-  server::fleet::EtcdClient::Prepare(&watch_context, absl::InfiniteDuration());
+  fleet::EtcdClient::Prepare(&watch_context, absl::InfiniteDuration());
   auto watch = world.client->watch().Watch(&watch_context);
   etcdserverpb::WatchRequest create;
   create.mutable_create_request()->set_key(key);

@@ -25,24 +25,24 @@
 #include "traplog/writer.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "hosts/profiles.h"
 #include "policy/store.h"
 #include "base/textproto.h"
 #include "dispatch/dispatch.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/sim_host.h"
 #include "tests/bench/trap_mix.h"
 
 namespace pvemu::bench {
 namespace {
 
 struct ReplayWorld {
-  std::unique_ptr<server::SimHost> host;
+  std::unique_ptr<hosts::SimHost> host;
   std::unique_ptr<policy::Store> store;
   std::unique_ptr<dispatch::Dispatcher> dispatcher;
   ReplayWorld() {
     v1::HostProfile profile;
-    (void)ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
-    host = std::move(server::SimHost::Create(profile, "intel")).value();
+    (void)ParseTextProto(hosts::ShippedProfile("intel-xeon-e-2136"), "intel", &profile);
+    host = std::move(hosts::SimHost::Create(profile, "intel")).value();
     auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
     store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL)).value();
     dispatcher = std::make_unique<dispatch::Dispatcher>(*store, *host, nullptr,

@@ -12,10 +12,10 @@
 #include "gtest/gtest.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "hosts/profiles.h"
 #include "policy/store.h"
 #include "base/textproto.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/sim_host.h"
 #include "tests/bench/trap_mix.h"
 #include "tests/dispatch/dispatcher_fixture.h"
 

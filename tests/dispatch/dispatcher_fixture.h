@@ -12,8 +12,8 @@
 #include "policy/loader.h"
 #include "policy/shipped.h"
 #include "policy/store.h"
-#include "server/hosts/profiles.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/profiles.h"
+#include "hosts/sim_host.h"
 
 namespace pvemu::testing {
 
@@ -21,8 +21,8 @@ class DefaultDispatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
     v1::HostProfile profile;
-    ASSERT_TRUE(ParseTextProto(server::ShippedProfile("intel-xeon-e-2136"), "intel", &profile).ok());
-    host_ = std::move(server::SimHost::Create(profile, "intel")).value();
+    ASSERT_TRUE(ParseTextProto(hosts::ShippedProfile("intel-xeon-e-2136"), "intel", &profile).ok());
+    host_ = std::move(hosts::SimHost::Create(profile, "intel")).value();
     auto loaded = policy::ParsePolicy(policy::ShippedPolicy("default"), "default.textproto");
     ASSERT_TRUE(loaded.ok());
     store_ = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source, v1::INTEL)).value();
@@ -31,7 +31,7 @@ class DefaultDispatcherTest : public ::testing::Test {
   // The dispatcher's options; the defaults unless a test says otherwise.
   virtual dispatch::DispatchOptions Options() const { return dispatch::DispatchOptions(); }
 
-  std::unique_ptr<server::SimHost> host_;
+  std::unique_ptr<hosts::SimHost> host_;
   std::unique_ptr<policy::Store> store_;
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
 };

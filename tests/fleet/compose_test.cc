@@ -1,16 +1,16 @@
 // Fleet mode without etcd: the --fleet URL, the keys a host reads, and the
-// composition of its layers (server/fleet/keys.h, compose.h).
-#include "server/fleet/compose.h"
+// composition of its layers (fleet/keys.h, compose.h).
+#include "fleet/compose.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/compile.h"
 #include "policy/explain.h"
 #include "policy/shipped.h"
-#include "server/fleet/keys.h"
+#include "fleet/keys.h"
 #include "tests/status_matchers.h"
 
-namespace pvemu::server::fleet {
+namespace pvemu::fleet {
 namespace {
 
 using ::pvemu::testing::StatusIs;
@@ -49,11 +49,11 @@ TEST(FleetKeysTest, AHostsKeysNeverMatchAnotherHostWhoseIdStartsTheSame) {
 }
 
 TEST(LayerNameTest, ParsesTheFourLayersAndRefusesOthers) {
-  EXPECT_EQ(ParseLayerName("class:gpu")->ToString(), "class:gpu");
-  EXPECT_EQ(ParseLayerName("host:h1/domain:3")->domain, 3u);
-  EXPECT_THAT(ParseLayerName("class:a/b"),
+  EXPECT_EQ(ParseLevelName("class:gpu")->ToString(), "class:gpu");
+  EXPECT_EQ(ParseLevelName("host:h1/domain:3")->domain, 3u);
+  EXPECT_THAT(ParseLevelName("class:a/b"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one segment")));
-  EXPECT_THAT(ParseLayerName("hosts:h1"),
+  EXPECT_THAT(ParseLevelName("hosts:h1"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--layer=class:NAME")));
 }
 
@@ -74,7 +74,7 @@ class ComposeTest : public ::testing::Test {
 };
 
 TEST_F(ComposeTest, HostOverClassOverDefaultOverBase) {
-  LayerSet layers = {
+  LevelSet layers = {
       {"/p/policy/default", "default { msr { msr: \"0x1b0\" read: CONST value: 1 } }"},
       {"/p/policy/class/web", "default { msr { msr: \"0x1b0\" read: CONST value: 2 } }"},
       {"/p/policy/host/h1", "\n\ndefault { msr { msr: \"0x1b0\" read: CONST value: 3 } }"},
@@ -92,7 +92,7 @@ TEST_F(ComposeTest, HostOverClassOverDefaultOverBase) {
 }
 
 TEST_F(ComposeTest, ARuleForAnotherVendorLeavesTheBaseAsItIs) {
-  LayerSet layers = {{"/p/policy/default",
+  LevelSet layers = {{"/p/policy/default",
                       "default { msr { msr: \"0x1b0\" host_vendor: AMD read: CONST value: 9 } }"}};
   auto intel = Compose(Base(), keys_, layers, v1::INTEL);
   ASSERT_TRUE(intel.ok()) << intel.status();
@@ -103,7 +103,7 @@ TEST_F(ComposeTest, ARuleForAnotherVendorLeavesTheBaseAsItIs) {
 }
 
 TEST_F(ComposeTest, TwoClassesDecidingOneRuleDifferentlyAreATieNamingBothKeys) {
-  LayerSet layers = {
+  LevelSet layers = {
       {"/p/policy/class/web", "default {\n msr { msr: \"0x1b0\" read: ZERO }\n}"},
       {"/p/policy/class/gpu", "default {\n\n msr { msr: \"0x1b0\" read: GP }\n}"},
   };
@@ -121,7 +121,7 @@ TEST_F(ComposeTest, TwoClassesDecidingOneRuleDifferentlyAreATieNamingBothKeys) {
 }
 
 TEST_F(ComposeTest, ABadLayerIsReportedWithItsKeyAndLine) {
-  LayerSet layers = {{"/p/policy/host/h1", "default {\n  msr { msr: \"NOPE\" read: ZERO }\n}"}};
+  LevelSet layers = {{"/p/policy/host/h1", "default {\n  msr { msr: \"NOPE\" read: ZERO }\n}"}};
   auto composed = Compose(Base(), keys_, layers, v1::INTEL);
   ASSERT_FALSE(composed.ok());
   v1::FleetError e = ErrorOf(composed.status(), layers);
@@ -136,4 +136,4 @@ TEST_F(ComposeTest, ABadLayerIsReportedWithItsKeyAndLine) {
 }
 
 }  // namespace
-}  // namespace pvemu::server::fleet
+}  // namespace pvemu::fleet

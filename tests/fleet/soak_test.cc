@@ -41,8 +41,8 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "pvemu/v1/service.grpc.pb.h"
-#include "server/fleet/etcd_client.h"
-#include "server/fleet/keys.h"
+#include "fleet/etcd_client.h"
+#include "fleet/keys.h"
 #include "tests/fleet/etcd_cluster.h"
 #include "tests/fleet/fleet_hosts.h"
 #include "tests/server/daemon_fixture.h"
@@ -112,9 +112,9 @@ class FleetSoakTest : public ::testing::Test {
     ASSERT_TRUE(etcd_->Start()) << "the etcd cluster did not come up; see " << dir_;
     hosts_ = ThreeFleetHosts(dir_, etcd_->Url());
     for (size_t i = 0; i < hosts_.size(); ++i) StartHost(i);
-    server::fleet::EtcdOptions eo;
+    fleet::EtcdOptions eo;
     eo.endpoints = absl::StrSplit(etcd_->Endpoints(), ',');
-    auto client = server::fleet::EtcdClient::Create(eo);
+    auto client = fleet::EtcdClient::Create(eo);
     ASSERT_TRUE(client.ok()) << client.status();
     oracle_ = std::move(*client);
   }
@@ -200,15 +200,15 @@ class FleetSoakTest : public ::testing::Test {
     const auto cached = etcd_at_.find({i, revision});
     if (cached != etcd_at_.end()) return cached->second;
     const std::string prefix = "/pvemu/policy/";
-    absl::StatusOr<server::fleet::RangeResult> range = absl::UnknownError("not read");
+    absl::StatusOr<fleet::RangeResult> range = absl::UnknownError("not read");
     for (int attempt = 0; attempt < 5 && !range.ok(); ++attempt) {
-      range = oracle_->Get(prefix, server::fleet::PrefixEnd(prefix), revision, absl::Seconds(5));
+      range = oracle_->Get(prefix, fleet::PrefixEnd(prefix), revision, absl::Seconds(5));
     }
     if (!range.ok()) return range.status();
     std::set<std::string> mine = {"/pvemu/policy/default", "/pvemu/policy/host/" + hosts_[i].id};
     for (const std::string& c : hosts_[i].classes) mine.insert("/pvemu/policy/class/" + c);
     SoakRules rules;
-    for (const server::fleet::KeyValue& kv : range->kvs) {
+    for (const fleet::KeyValue& kv : range->kvs) {
       if (!mine.contains(kv.key)) continue;
       v1::Policy policy;
       if (!google::protobuf::TextFormat::ParseFromString(kv.value, &policy)) {
@@ -245,7 +245,7 @@ class FleetSoakTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<EtcdCluster> etcd_;
   std::vector<FleetHost> hosts_;
-  std::unique_ptr<server::fleet::EtcdClient> oracle_;
+  std::unique_ptr<fleet::EtcdClient> oracle_;
   std::map<std::pair<size_t, int64_t>, SoakRules> etcd_at_;
 
   std::atomic<bool> stop_{false};
@@ -301,11 +301,11 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
     }
 
     Edit e;
-    e.layer = layers[rng() % layers.size()];
+    e.level = layers[rng() % layers.size()];
     e.msr = kSoakBase + static_cast<uint32_t>(n);
     e.value = kValueBase + static_cast<uint64_t>(n);
     v1::FleetRuleRequest request;
-    request.set_layer(e.layer);
+    request.set_layer(e.level);
     request.mutable_rule()->set_msr(absl::StrCat("0x", absl::Hex(e.msr)));
     request.mutable_rule()->set_read(v1::ReadAction::CONST);
     request.mutable_rule()->set_value(e.value);
@@ -339,15 +339,15 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
   ASSERT_TRUE(etcd_->WaitHealthy(std::chrono::seconds(20)));
 
   // The final state, read from etcd: which edits are there.
-  absl::StatusOr<server::fleet::RangeResult> now = absl::UnknownError("not read");
+  absl::StatusOr<fleet::RangeResult> now = absl::UnknownError("not read");
   for (int attempt = 0; attempt < 10 && !now.ok(); ++attempt) {
-    now = oracle_->Get("/pvemu/policy/", server::fleet::PrefixEnd("/pvemu/policy/"), 0,
+    now = oracle_->Get("/pvemu/policy/", fleet::PrefixEnd("/pvemu/policy/"), 0,
                        absl::Seconds(5));
     if (!now.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   ASSERT_TRUE(now.ok()) << now.status();
   std::map<uint32_t, std::string> in_etcd;  // soak MSR -> the layer key holding it
-  for (const server::fleet::KeyValue& kv : now->kvs) {
+  for (const fleet::KeyValue& kv : now->kvs) {
     v1::Policy policy;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(kv.value, &policy)) << kv.key;
     for (const auto& [msr, value] : SoakRulesOf(policy)) in_etcd[msr] = kv.key;
@@ -359,11 +359,11 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
       case Outcome::kCommitted:
         ++committed;
         EXPECT_TRUE(present) << "acknowledged edit of " << HexOf(e.msr) << " in "
-                             << e.layer << " is not in etcd";
+                             << e.level << " is not in etcd";
         break;
       case Outcome::kNotWritten:
         ++not_written;
-        EXPECT_FALSE(present) << "edit of " << HexOf(e.msr) << " in " << e.layer
+        EXPECT_FALSE(present) << "edit of " << HexOf(e.msr) << " in " << e.level
                               << " failed (" << e.error << ") but is in etcd";
         break;
       case Outcome::kUnknown:
@@ -384,10 +384,10 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
     do {
       wrong.clear();
       for (const Edit& e : done) {
-        const bool want = in_etcd.contains(e.msr) && InScope(i, e.layer);
+        const bool want = in_etcd.contains(e.msr) && InScope(i, e.level);
         const std::optional<uint64_t> got = Read(i, e.msr);
         if (want != (got == e.value)) {
-          wrong.push_back(absl::StrCat("0x", absl::Hex(e.msr), " (", e.layer, ")"));
+          wrong.push_back(absl::StrCat("0x", absl::Hex(e.msr), " (", e.level, ")"));
         }
       }
       if (!wrong.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -65,7 +65,7 @@ inline std::string TestPolicyPath(const std::string& name) {
 // The sim host's default profile: PASSTHROUGH reads and host CPUID leaves
 // come from it (pvemu-vm --host=sim without --host-profile).
 inline std::string DefaultSimProfilePath() {
-  return SourceRoot() + "/server/hosts/profiles/intel-xeon-e-2136.textproto";
+  return SourceRoot() + "/hosts/profiles/intel-xeon-e-2136.textproto";
 }
 
 // ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "hosts/profiles.h"
 #include "base/textproto.h"
 #include "pvemu/v1/host.pb.h"
 #include "tests/policy/test_util.h"
@@ -33,7 +33,7 @@ std::shared_ptr<const Snapshot> Shipped(absl::string_view name, v1::Vendor host)
 
 v1::Vendor ProfileVendor(absl::string_view name) {
   v1::HostProfile profile;
-  EXPECT_TRUE(ParseTextProto(server::ShippedProfile(name), name, &profile).ok());
+  EXPECT_TRUE(ParseTextProto(hosts::ShippedProfile(name), name, &profile).ok());
   return profile.vendor();
 }
 

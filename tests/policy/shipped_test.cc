@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kvm/msr_filter.h"
+#include "enforce/kvm_msr_filter.h"
 #include "policy/compile.h"
 #include "policy/loader.h"
 #include "tests/policy/test_util.h"
@@ -162,7 +162,7 @@ TEST(KvmPreset, CompilesToAKvmFilterOfItsTwoMsrsAndThePmu) {
     ASSERT_NE(s, nullptr);
     for (uint32_t dom : {0u, 1u}) {
       SCOPED_TRACE(::testing::Message() << v1::Vendor_Name(host) << " domain " << dom);
-      absl::StatusOr<kvm::MsrFilter> filter = kvm::CompileMsrFilter(s->ForDomain(dom));
+      absl::StatusOr<enforce::MsrFilter> filter = enforce::CompileMsrFilter(s->ForDomain(dom));
       ASSERT_THAT(filter, IsOk());
       EXPECT_LE(filter->ranges.size(), kvm::kMaxFilterRanges);
       for (const auto& [first, last] : filter->exiting) {

@@ -27,11 +27,11 @@
 #include "gtest/gtest.h"
 #include "policy/loader.h"
 #include "policy/shipped.h"
-#include "server/hosts/open_host.h"
+#include "hosts/open_host.h"
 #include "policy/store.h"
 #include "base/textproto.h"
 #include "dispatch/dispatch.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/sim_host.h"
 
 namespace pvemu::testing {
 namespace {
@@ -67,13 +67,13 @@ ReplaySetup ParseHeader(const std::string& path) {
 
 // The in-process world of one replay: sim host, store, dispatcher.
 struct World {
-  std::unique_ptr<server::SimHost> host;
+  std::unique_ptr<hosts::SimHost> host;
   std::unique_ptr<policy::Store> store;
   std::unique_ptr<dispatch::Dispatcher> dispatcher;
   std::unique_ptr<dispatch::Dispatcher::Session> session;
 
   explicit World(const ReplaySetup& setup) {
-    auto opened = server::OpenSimHost(setup.host_profile);
+    auto opened = hosts::OpenSimHost(setup.host_profile);
     EXPECT_TRUE(opened.ok()) << opened.status();
     host = *std::move(opened);
     // A shipped policy's name, or a file under tests/replay/.

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "base/textproto.h"
 #include "server/fault_logging_host.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/sim_host.h"
 #include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
@@ -175,7 +175,7 @@ TEST(FaultLoggingHostTest, LogsTheFirstFaultOfEachMsrOnly) {
   size_t size = 0;
   std::FILE* log = open_memstream(&text, &size);
   {
-    server::FaultLoggingHost host(std::move(server::SimHost::Create(profile, "p")).value(), log);
+    server::FaultLoggingHost host(std::move(hosts::SimHost::Create(profile, "p")).value(), log);
     uint64_t value = 0;
     EXPECT_TRUE(host.ReadMsr(0, 0x10, &value));
     EXPECT_EQ(value, 5u);

@@ -12,13 +12,13 @@
 #include "gtest/gtest.h"
 #include "x86/msr_catalog.h"
 #include "policy/loader.h"
-#include "policy/rules.h"
+#include "policy/rule_target.h"
 #include "policy/shipped.h"
-#include "server/hosts/profiles.h"
+#include "hosts/profiles.h"
 #include "policy/store.h"
 #include "base/textproto.h"
 #include "dispatch/dispatch.h"
-#include "server/hosts/sim_host.h"
+#include "hosts/sim_host.h"
 
 namespace pvemu::testing {
 namespace {
@@ -26,7 +26,7 @@ namespace {
 // Passes everything to the sim host and counts the writes that reach it.
 class CountingHost final : public emulator::Host {
  public:
-  explicit CountingHost(std::unique_ptr<server::SimHost> inner) : inner_(std::move(inner)) {}
+  explicit CountingHost(std::unique_ptr<hosts::SimHost> inner) : inner_(std::move(inner)) {}
   v1::Vendor vendor() const override { return inner_->vendor(); }
   absl::string_view description() const override { return inner_->description(); }
   uint64_t tsc_khz() const override { return inner_->tsc_khz(); }
@@ -43,17 +43,17 @@ class CountingHost final : public emulator::Host {
   std::set<uint32_t> written;
 
  private:
-  std::unique_ptr<server::SimHost> inner_;
+  std::unique_ptr<hosts::SimHost> inner_;
 };
 
 TEST(HostWriteGuardTest, NoHostWriteWithoutBothKeys) {
   int attempts = 0;
   size_t writes_with_both_keys = 0;
   for (absl::string_view policy_name : policy::ShippedPolicyNames()) {
-    for (absl::string_view profile_name : server::ShippedProfileNames()) {
+    for (absl::string_view profile_name : hosts::ShippedProfileNames()) {
       SCOPED_TRACE(absl::StrCat(policy_name, " on ", profile_name));
       v1::HostProfile profile;
-      ASSERT_TRUE(ParseTextProto(server::ShippedProfile(profile_name), profile_name, &profile).ok());
+      ASSERT_TRUE(ParseTextProto(hosts::ShippedProfile(profile_name), profile_name, &profile).ok());
       auto loaded = policy::ParsePolicy(policy::ShippedPolicy(policy_name), policy_name);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
 
@@ -73,7 +73,7 @@ TEST(HostWriteGuardTest, NoHostWriteWithoutBothKeys) {
 
       for (bool daemon_allows : {false, true}) {
         auto host = std::make_unique<CountingHost>(
-            std::move(server::SimHost::Create(profile, profile_name)).value());
+            std::move(hosts::SimHost::Create(profile, profile_name)).value());
         auto store = std::move(policy::Store::FromPolicy(loaded->policy, loaded->source,
                                                           host->vendor()))
                          .value();

@@ -1,5 +1,5 @@
 // xen-monitor-probe: exercises pvemu's vm_event ring code
-// (server/hosts/xen/xen_vm_event_libxc.cc, OpenXenMonitorChannel) against the real
+// (server/xen/xen_vm_event_libxc.cc, OpenXenMonitorChannel) against the real
 // hypervisor in the e2e VM (tests/xen/run-e2e.sh). There is no toolstack
 // there, so it makes the smallest domain Xen will monitor: an empty HVM
 // (PVH-style) domain with one page for the vm_event ring and no code to run.
@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 
-#include "server/hosts/xen/xen_vm_event.h"
+#include "server/xen/xen_vm_event.h"
 #include "tests/xen/tiny_hvm.h"
 
 namespace {

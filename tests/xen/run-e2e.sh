@@ -128,7 +128,7 @@ cc -O2 -Wall -Wextra -Werror -o "$WORK/xen-msr-probe" "$ROOT/tests/xen/msr_probe
 # shellcheck disable=SC2046
 c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -DPVEMU_HAVE_XEN=1 -I"$ROOT" \
   -o "$WORK/xen-monitor-probe" "$ROOT/tests/xen/monitor_probe.cc" \
-  "$ROOT/server/hosts/xen/xen_vm_event_libxc.cc" \
+  "$ROOT/server/xen/xen_vm_event_libxc.cc" \
   $(pkg-config --cflags --libs absl_status absl_statusor absl_strings) \
   -lxenctrl -lxenevtchn
 c++ -std=gnu++20 -O1 -Wall -Wextra -Werror -I"$ROOT" \

@@ -5,8 +5,8 @@
 // request is answered with its vCPU released, including the ones still on
 // the ring when the monitor stops. XenPortServer against a fake ioreq page:
 // each port access is an IN/OUT trap decided by the io_port policy.
-#include "server/hosts/xen/xen_monitor.h"
-#include "server/hosts/xen/xen_port_server.h"
+#include "server/xen/xen_monitor.h"
+#include "server/xen/xen_port_server.h"
 
 #include <chrono>
 #include <deque>

@@ -1,0 +1,225 @@
+#include "fleet/editor.h"
+
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
+#include "policy/rule_edit.h"
+#include "policy/store.h"
+#include "fleet/compose.h"
+#include "fleet/status_keeper.h"
+
+namespace pvemu::fleet {
+namespace {
+
+// Each etcd call of an edit is bounded so that the whole edit answers
+// within pvemuctl's deadline: a read, a Txn, then the wait to apply.
+constexpr absl::Duration kReadTimeout = absl::Seconds(4);
+constexpr absl::Duration kTxnTimeout = absl::Seconds(4);
+
+// etcd could not take the edit: nothing was written.
+absl::Status NotWritten(const absl::Status& why, const std::string& key) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot edit ", key, ": ", why.message(),
+      "; nothing was written (etcd takes an edit only with a quorum of its members; "
+      "check the cluster with `etcdctl endpoint health`). Traps are still answered on "
+      "the last good policy"));
+}
+
+v1::Layer* TargetLayer(v1::Policy* policy, const LevelEdit& edit) {
+  std::optional<uint32_t> domain = edit.domain;
+  if (edit.level.kind == LevelName::kHostDomain) domain = edit.level.domain;
+  if (!domain.has_value()) return policy->mutable_default_();
+  for (v1::Layer& l : *policy->mutable_domain()) {
+    if (l.domain() == *domain) return &l;
+  }
+  v1::Layer* l = policy->add_domain();
+  l->set_domain(*domain);
+  return l;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Policy> Editor::NewValue(const LevelEdit& edit, const std::string& key,
+                                            const std::optional<KeyValue>& current) const {
+  if (edit.op == LevelEdit::kApply) {
+    const std::string source = edit.source_name.empty() ? "<request>" : edit.source_name;
+    // Errors point into the operator's file; the shape check names the key.
+    ASSIGN_OR_RETURN(policy::LoadedPolicy loaded,
+                     ParseLevelValue(source, edit.level, edit.textproto));
+    return loaded.policy;
+  }
+  v1::Policy policy;
+  if (current.has_value()) {
+    absl::StatusOr<policy::LoadedPolicy> loaded = ParseLevelValue(key, edit.level, current->value);
+    if (!loaded.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          loaded.status().message(), "\nthe layer in etcd is invalid (written around pvemu's "
+          "checks?); replace it whole with `pvemuctl fleet apply -f FILE --layer=",
+          edit.level.ToString(), "`"));
+    }
+    policy = std::move(loaded->policy);
+  }
+  RETURN_IF_ERROR(policy::EditRuleInLayer(
+      TargetLayer(&policy, edit), edit.rule,
+      edit.op == LevelEdit::kSetRule ? policy::RuleEditKind::kSet : policy::RuleEditKind::kDelete,
+      key));
+  RETURN_IF_ERROR(policy::ValidatePolicy(policy, key));
+  return policy;
+}
+
+absl::Status Editor::CheckRegisteredTies(const LevelName& layer, const std::string& value) const {
+  if (layer.kind != LevelName::kClass) return absl::OkStatus();
+  const FleetKeys& keys = applier_.keys();
+  ASSIGN_OR_RETURN(RangeResult hosts, etcd_.Get(keys.RegistrationPrefix(),
+                                                PrefixEnd(keys.RegistrationPrefix()), 0,
+                                                kReadTimeout));
+  ASSIGN_OR_RETURN(RangeResult classes, etcd_.Get(keys.ClassPrefix(), PrefixEnd(keys.ClassPrefix()),
+                                                  hosts.revision, kReadTimeout));
+  LevelSet class_values;
+  for (const KeyValue& kv : classes.kvs) class_values[kv.key] = kv.value;
+  class_values[keys.Class(layer.name)] = value;
+  // Class pairs -> the hosts that have both.
+  std::map<std::string, std::vector<std::string>> hosts_of;
+  for (const KeyValue& kv : hosts.kvs) {
+    v1::FleetRegistration reg;
+    if (!FromJson(kv.value, &reg).ok()) continue;
+    bool has = false;
+    for (const std::string& c : reg.classes()) has = has || c == layer.name;
+    if (!has) continue;
+    for (const std::string& c : reg.classes()) {
+      if (c != layer.name && class_values.count(keys.Class(c)) > 0) hosts_of[c].push_back(reg.id());
+    }
+  }
+  for (const auto& [other, ids] : hosts_of) {
+    // The two classes alone, over an empty base: only their tie can fail.
+    LevelSet pair{{keys.Class(layer.name), value}, {keys.Class(other), class_values[keys.Class(other)]}};
+    FleetKeys both(keys.prefix(), "-", {other, layer.name});
+    const policy::LoadedPolicy empty{v1::Policy(), policy::SourceMap("<none>")};
+    absl::StatusOr<policy::LoadedPolicy> composed = Compose(empty, both, pair, v1::VENDOR_UNSPECIFIED);
+    if (!composed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refused: host", ids.size() > 1 ? "s " : " ", absl::StrJoin(ids, ", "),
+          ids.size() > 1 ? " have" : " has", " both classes ", layer.name, " and ", other,
+          ", and with this edit they tie: ", composed.status().message(),
+          "; nothing was written"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
+  const FleetKeys& keys = applier_.keys();
+  const std::string key = keys.Level(edit.level);
+  absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+  if (!read.ok()) return NotWritten(read.status(), key);
+  std::optional<KeyValue> current;
+  if (!read->kvs.empty()) current = read->kvs[0];
+  const int64_t mod_revision = current.has_value() ? current->mod_revision : 0;
+  if (edit.if_revision != 0 && edit.if_revision != mod_revision) {
+    return absl::AbortedError(absl::StrCat(
+        key, " is at revision ", mod_revision, ", not ", edit.if_revision,
+        "; re-read it with `pvemuctl fleet get --layer=", edit.level.ToString(), "` and retry"));
+  }
+  ASSIGN_OR_RETURN(v1::Policy policy, NewValue(edit, key, current));
+  const std::string value = absl::StrCat(
+      "# pvemu: edited by ", edit.who, " on ", host_name_, " at ",
+      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()), "\n",
+      ToTextProto(policy));
+
+  // This host's whole layer set with the edit must still apply here.
+  if (absl::Status checked = applier_.Check(key, value); !checked.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refused: with this edit, host ", keys.host_id(), " could not apply its layers: ",
+        checked.message(), "; nothing was written"));
+  }
+  if (absl::Status ties = CheckRegisteredTies(edit.level, value); !ties.ok()) {
+    if (absl::IsInvalidArgument(ties)) return ties;
+    return NotWritten(ties, key);
+  }
+
+  etcdserverpb::TxnRequest txn;
+  etcdserverpb::Compare* cmp = txn.add_compare();
+  cmp->set_key(key);
+  cmp->set_target(etcdserverpb::Compare::MOD);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_mod_revision(mod_revision);  // 0: the key must not exist yet
+  etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  txn.add_failure()->mutable_request_range()->set_key(key);
+  absl::StatusOr<etcdserverpb::TxnResponse> done = etcd_.Txn(txn, kTxnTimeout);
+  if (!done.ok()) {
+    // Sent, but not confirmed: etcd may still commit it. The compare makes
+    // a retry safe: it cannot apply twice, nor over someone else's edit.
+    return absl::UnknownError(absl::StrCat(
+        "outcome unknown: ", done.status().message(), ". The edit of ", key,
+        " was sent but etcd did not confirm it; check with `pvemuctl fleet get --layer=",
+        edit.level.ToString(), "`: if its mod_revision is still ", mod_revision,
+        ", it was not made, and retrying with --if-revision=", mod_revision, " is safe"));
+  }
+  if (!done->succeeded()) {
+    int64_t now = 0;
+    if (done->responses_size() > 0 && done->responses(0).response_range().kvs_size() > 0) {
+      now = done->responses(0).response_range().kvs(0).mod_revision();
+    }
+    return absl::AbortedError(absl::StrCat(
+        key, " changed while this edit was made (revision ", mod_revision, " -> ", now,
+        "): another editor won; re-read it with `pvemuctl fleet get --layer=",
+        edit.level.ToString(), "` and retry"));
+  }
+  const int64_t revision = done->header().revision();
+  v1::FleetEditResponse response;
+  response.set_key(key);
+  response.set_revision(revision);
+  response.set_diff(policy::DiffText(current.has_value() ? current->value : "", value));
+  response.set_affects_this_host(keys.Classify(key).has_value());
+  if (!response.affects_this_host()) return response;
+  applier_.WaitSeen(revision, kApplyWait);
+  const HostView view = applier_.View();
+  if (view.applied_revision >= revision) {
+    response.set_applied(true);
+  } else if (view.last_error.has_value() && view.last_error->revision() >= revision) {
+    const v1::FleetError& e = *view.last_error;
+    response.set_not_applied(absl::StrCat(
+        "committed at revision ", revision, ", not applied on this host (", keys.host_id(),
+        "): ", e.key().empty() ? "" : absl::StrCat("the key at fault is ", e.key(),
+                                                     e.line() > 0 ? absl::StrCat(" line ", e.line()) : "",
+                                                     ": "),
+        e.message(), "; it keeps serving revision ", view.applied_revision));
+  } else {
+    response.set_not_applied(absl::StrCat(
+        "committed at revision ", revision, ", not applied on this host (", keys.host_id(),
+        ") within ", absl::FormatDuration(kApplyWait), ": it serves revision ",
+        view.applied_revision,
+        view.stale_since.has_value() ? " and cannot reach etcd" : "",
+        "; see `pvemuctl fleet status`"));
+  }
+  return response;
+}
+
+absl::StatusOr<v1::GetLayerResponse> Editor::Get(const LevelName& layer) const {
+  const std::string key = applier_.keys().Level(layer);
+  absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+  if (!read.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot read ", key, ": ",
+                                                      read.status().message()));
+  }
+  v1::GetLayerResponse response;
+  response.set_key(key);
+  response.set_revision(read->revision);
+  if (read->kvs.empty()) return response;
+  const KeyValue& kv = read->kvs[0];
+  response.set_exists(true);
+  response.set_textproto(kv.value);
+  response.set_mod_revision(kv.mod_revision);
+  absl::StatusOr<policy::LoadedPolicy> loaded = ParseLevelValue(key, layer, kv.value);
+  if (loaded.ok()) *response.mutable_policy() = loaded->policy;
+  return response;
+}
+
+}  // namespace pvemu::fleet

@@ -1,0 +1,57 @@
+// The registry of the KVM data planes (libpvemu-kvm) that follow pvemud's
+// policy: which domain each serves in which process, and the traps they
+// report. KvmService writes it; PolicyService and EmulatorService read it.
+#ifndef PVEMU_SERVER_KVM_ATTACHMENTS_H_
+#define PVEMU_SERVER_KVM_ATTACHMENTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pvemu/v1/service.pb.h"
+
+namespace pvemu::server {
+
+// The KVM data planes (libpvemu-kvm) following this daemon: which domain
+// each serves in which process, and the traps they report. Thread-safe; off
+// every trap path (a data plane reports in batches).
+class KvmAttachments {
+ public:
+  struct Attachment {
+    uint32_t domain = 0;
+    uint32_t pid = 0;
+    uint32_t vcpus = 0;
+    uint64_t generation = 0;  // the generation the data plane applies
+  };
+  struct Counts {
+    uint64_t traps = 0, completed = 0, exceptions = 0, device_io = 0;
+  };
+  // A policy subscription began; returns its key for Detach.
+  uint64_t Attach(uint32_t domain, uint32_t pid, uint32_t vcpus);
+  void Detach(uint64_t key);
+  // A batch from the data plane of `domain` in process `pid`.
+  void Report(uint32_t pid, const v1::KvmTrapBatch& batch);
+  std::vector<Attachment> List() const;  // by domain, then pid
+  Counts counts() const;
+
+  // The policy moved to `generation` (the daemon's edit listener calls this).
+  void PolicyChanged(uint64_t generation);
+  // Waits until a generation other than `sent` was announced, or `timeout`
+  // passed; returns whether one was. Policy streams wait here instead of
+  // polling the store.
+  bool WaitForPolicy(uint64_t sent, absl::Duration timeout) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Attachment> by_key_ ABSL_GUARDED_BY(mu_);
+  Counts counts_ ABSL_GUARDED_BY(mu_);
+  uint64_t announced_generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pvemu::server
+
+#endif  // PVEMU_SERVER_KVM_ATTACHMENTS_H_
