@@ -21,12 +21,12 @@ namespace {
 absl::Status XenConfigCommand() {
   ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(absl::GetFlag(FLAGS_domain), "--domain"));
   ASSIGN_OR_RETURN(std::shared_ptr<const policy::Snapshot> snapshot, SnapshotFromFlags());
-  const XenConfig config = TranslateForXen(snapshot->ForDomain(domain), snapshot->host_vendor());
+  const enforce::XenConfig config = enforce::TranslateForXen(snapshot->ForDomain(domain), snapshot->host_vendor());
   const bool online = !absl::GetFlag(FLAGS_server).empty();
   const std::string vendor = v1::Vendor_Name(snapshot->host_vendor());
   if (JsonOutput()) {
     std::vector<std::string> report;
-    for (const XenReportLine& r : config.report) {
+    for (const enforce::XenReportLine& r : config.report) {
       JsonLine line;
       line.Str("origin", r.origin).Str("what", r.what).Str("why", r.why);
       report.push_back(line.Render());
@@ -43,7 +43,7 @@ absl::Status XenConfigCommand() {
   // (vendor rules make it differ between hosts).
   std::printf("# pvemuctl xen-config: domain %u, host vendor %s%s\n", domain, vendor.c_str(),
               online ? absl::StrCat(", pvemud generation ", snapshot->generation()).c_str() : "");
-  std::fputs(XenConfigToText(config).c_str(), stdout);
+  std::fputs(enforce::XenConfigToText(config).c_str(), stdout);
   return absl::OkStatus();
 }
 

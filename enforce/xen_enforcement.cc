@@ -38,7 +38,7 @@ std::string XenMsrNote(const XenMonitoring& m, uint32_t domain, uint32_t msr, bo
 
 std::string XenPortNote(const XenMonitoring& m, uint32_t domain, uint16_t port, uint8_t width) {
   const uint32_t last = uint32_t{port} + width - 1;
-  const bool claimed = std::any_of(m.ports.begin(), m.ports.end(), [&](const PortSpan& s) {
+  const bool claimed = std::any_of(m.ports.begin(), m.ports.end(), [&](const x86::PortSpan& s) {
     return s.first <= port && last <= s.last;
   });
   if (Monitored(m, domain) && claimed) {

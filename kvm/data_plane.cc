@@ -91,12 +91,12 @@ std::string VendorString(const CpuidLeaf& leaf0) {
 
 // Checks the policy for this domain as KVM will run it: valid, a filter KVM
 // can express, and CPUID consistent with guest_vendor.
-absl::StatusOr<MsrFilter> CheckForKvm(const pvemu::v1::Policy& policy,
+absl::StatusOr<enforce::MsrFilter> CheckForKvm(const pvemu::v1::Policy& policy,
                                       const policy::SourceMap& source, pvemu::v1::Vendor host_vendor,
                                       uint32_t domain, emulator::Host& host) {
   ASSIGN_OR_RETURN(std::unique_ptr<const policy::DomainSnapshot> snap,
                    policy::CompileDomain(policy, source, host_vendor, domain));
-  absl::StatusOr<MsrFilter> filter = CompileMsrFilter(*snap);
+  absl::StatusOr<enforce::MsrFilter> filter = enforce::CompileMsrFilter(*snap);
   if (!filter.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("domain ", domain, ": ", filter.status().message()));
   }
@@ -376,14 +376,14 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
   return plane;
 }
 
-absl::Status DataPlane::InstallFilter(const MsrFilter& filter) {
+absl::Status DataPlane::InstallFilter(const enforce::MsrFilter& filter) {
   if (vm_fd_ < 0) return absl::OkStatus();  // installed by SetupVm
   struct kvm_msr_filter kf;
   std::memset(&kf, 0, sizeof kf);
   kf.flags = KVM_MSR_FILTER_DEFAULT_ALLOW;
-  static_assert(kMaxFilterRanges == KVM_MSR_FILTER_MAX_RANGES);
+  static_assert(enforce::kMaxFilterRanges == KVM_MSR_FILTER_MAX_RANGES);
   for (size_t i = 0; i < filter.ranges.size(); ++i) {
-    const FilterRange& r = filter.ranges[i];
+    const enforce::FilterRange& r = filter.ranges[i];
     kf.ranges[i].flags = KVM_MSR_FILTER_READ | KVM_MSR_FILTER_WRITE;
     kf.ranges[i].nmsrs = r.nmsrs;
     kf.ranges[i].base = r.base;
@@ -467,7 +467,7 @@ std::unique_ptr<Vcpu> DataPlane::NewVcpu(uint32_t index, size_t run_size) {
 absl::Status DataPlane::Apply(const pvemu::v1::Policy& policy, const policy::SourceMap& source,
                               uint64_t generation) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(MsrFilter filter,
+  ASSIGN_OR_RETURN(enforce::MsrFilter filter,
                    CheckForKvm(policy, source, host_->vendor(), options_.domain, *host_));
   // The policy swaps first, then the filter (only when the exiting set
   // changed). In between, an MSR only the old policy names may still exit
@@ -511,7 +511,7 @@ DataPlane::Totals DataPlane::totals() const {
   return t;
 }
 
-MsrFilter DataPlane::filter() const {
+enforce::MsrFilter DataPlane::filter() const {
   absl::MutexLock lock(&mu_);
   return filter_;
 }

@@ -94,7 +94,7 @@ class DataPlane {
 
   uint32_t domain() const { return options_.domain; }
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
-  MsrFilter filter() const;
+  enforce::MsrFilter filter() const;
   // The vCPUs open now, and the counts of every vCPU opened so far.
   struct Totals {
     uint32_t vcpus = 0;
@@ -112,7 +112,7 @@ class DataPlane {
  private:
   friend class Vcpu;
   explicit DataPlane(const DataPlaneOptions& options);
-  absl::Status InstallFilter(const MsrFilter& filter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InstallFilter(const enforce::MsrFilter& filter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DataPlaneOptions options_;
   std::unique_ptr<emulator::Host> host_;
@@ -130,7 +130,7 @@ class DataPlane {
   pvemu_kvm_stats closed_ ABSL_GUARDED_BY(vcpus_mu_){};
 
   mutable absl::Mutex mu_;  // serialises Apply and SetupVm
-  MsrFilter filter_ ABSL_GUARDED_BY(mu_);
+  enforce::MsrFilter filter_ ABSL_GUARDED_BY(mu_);
   int vm_fd_ ABSL_GUARDED_BY(mu_) = -1;
 
   // TSC and clock at open, to turn the counted ticks into nanoseconds

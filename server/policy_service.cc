@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/textproto.h"
 #include "fleet/fleet.h"
 #include "policy/loader.h"
 #include "server/rpc_common.h"

@@ -301,11 +301,11 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
     }
 
     Edit e;
-    e.level = layers[rng() % layers.size()];
+    e.layer = layers[rng() % layers.size()];
     e.msr = kSoakBase + static_cast<uint32_t>(n);
     e.value = kValueBase + static_cast<uint64_t>(n);
     v1::FleetRuleRequest request;
-    request.set_layer(e.level);
+    request.set_layer(e.layer);
     request.mutable_rule()->set_msr(absl::StrCat("0x", absl::Hex(e.msr)));
     request.mutable_rule()->set_read(v1::ReadAction::CONST);
     request.mutable_rule()->set_value(e.value);
@@ -359,11 +359,11 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
       case Outcome::kCommitted:
         ++committed;
         EXPECT_TRUE(present) << "acknowledged edit of " << HexOf(e.msr) << " in "
-                             << e.level << " is not in etcd";
+                             << e.layer << " is not in etcd";
         break;
       case Outcome::kNotWritten:
         ++not_written;
-        EXPECT_FALSE(present) << "edit of " << HexOf(e.msr) << " in " << e.level
+        EXPECT_FALSE(present) << "edit of " << HexOf(e.msr) << " in " << e.layer
                               << " failed (" << e.error << ") but is in etcd";
         break;
       case Outcome::kUnknown:
@@ -384,10 +384,10 @@ TEST_F(FleetSoakTest, EditsWithMemberKillsAndRestartsAreAllServedAndNoHostServes
     do {
       wrong.clear();
       for (const Edit& e : done) {
-        const bool want = in_etcd.contains(e.msr) && InScope(i, e.level);
+        const bool want = in_etcd.contains(e.msr) && InScope(i, e.layer);
         const std::optional<uint64_t> got = Read(i, e.msr);
         if (want != (got == e.value)) {
-          wrong.push_back(absl::StrCat("0x", absl::Hex(e.msr), " (", e.level, ")"));
+          wrong.push_back(absl::StrCat("0x", absl::Hex(e.msr), " (", e.layer, ")"));
         }
       }
       if (!wrong.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));

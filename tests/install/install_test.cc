@@ -20,6 +20,7 @@ namespace pvemu::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
@@ -157,6 +158,55 @@ TEST_F(InstallTest, InstalledPvemudAnswersStats) {
   EXPECT_THAT(run.output, HasSubstr("\"generation\""));
   EXPECT_THAT(run.output, HasSubstr("host sim: AMD EPYC 7443P"));
   EXPECT_THAT(run.output, HasSubstr("pvemud=0"));
+}
+
+// A VMM loads libpvemu-kvm on a host without Xen's libraries: the installed
+// library needs none (only pvemud links the xen backend).
+TEST_F(InstallTest, InstalledLibpvemuKvmNeedsNoXenLibrary) {
+  const std::string lib = Installed("PVEMU_INSTALL_LIBDIR", "libpvemu-kvm.so.0");
+  CommandRun needed = RunCommand("readelf -d " + lib);
+  ASSERT_EQ(needed.status, 0) << needed.output;
+  EXPECT_THAT(needed.output, HasSubstr("Library soname: [libpvemu-kvm.so.0]"));
+  EXPECT_THAT(needed.output, HasSubstr("libgrpc++"));  // it does read the output
+  EXPECT_THAT(needed.output, Not(HasSubstr("libxen")));
+}
+
+// A VMM written in C builds against the install with pkg-config alone and
+// runs: it opens a standalone data plane on the shipped kvm policy and reads
+// its MSR filter through the C ABI.
+TEST_F(InstallTest, ACProgramBuildsWithPkgConfigAgainstTheInstallAndRuns) {
+  std::ofstream(dir_ + "/vmm.c") << R"c(
+#include <stdio.h>
+#include <string.h>
+#include <pvemu_kvm.h>
+
+int main(void) {
+  struct pvemu_kvm_options options;
+  memset(&options, 0, sizeof(options));
+  options.size = sizeof(options);
+  options.domain = 7;
+  options.policy = "kvm";
+  pvemu_kvm *kvm = NULL;
+  int rc = pvemu_kvm_open(&options, &kvm);
+  if (rc != 0) {
+    printf("open: %d %s\n", rc, pvemu_kvm_last_error());
+    return 1;
+  }
+  char text[65536];
+  rc = pvemu_kvm_filter_text(kvm, text, sizeof(text));
+  printf("filter rc=%d\n%s\n", rc, text);
+  pvemu_kvm_close(kvm);
+  return rc < 0;
+}
+)c";
+  const std::string libdir = Installed("PVEMU_INSTALL_LIBDIR");
+  CommandRun run = RunCommand(absl::StrCat(
+      "export PKG_CONFIG_PATH=", libdir, "/pkgconfig PKG_CONFIG_SYSROOT_DIR=", *destdir_,
+      "; cd ", dir_, " && cc -std=c11 -Wall -Werror vmm.c -o vmm $(pkg-config --cflags --libs "
+      "pvemu-kvm) && PVEMU_DATADIR=", Installed("PVEMU_INSTALL_DATADIR"), " LD_LIBRARY_PATH=",
+      libdir, " ./vmm"));
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("filter rc="));
 }
 
 TEST_F(InstallTest, UnitsPointAtTheInstalledDaemonAndVerify) {

@@ -164,7 +164,7 @@ TEST(KvmPreset, CompilesToAKvmFilterOfItsTwoMsrsAndThePmu) {
       SCOPED_TRACE(::testing::Message() << v1::Vendor_Name(host) << " domain " << dom);
       absl::StatusOr<enforce::MsrFilter> filter = enforce::CompileMsrFilter(s->ForDomain(dom));
       ASSERT_THAT(filter, IsOk());
-      EXPECT_LE(filter->ranges.size(), kvm::kMaxFilterRanges);
+      EXPECT_LE(filter->ranges.size(), enforce::kMaxFilterRanges);
       for (const auto& [first, last] : filter->exiting) {
         for (uint64_t msr = first; msr <= last; ++msr) {
           EXPECT_TRUE(msr == 0x19a || msr == 0x1b0 || IsPmuMsr(static_cast<uint32_t>(msr)))
