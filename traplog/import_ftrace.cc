@@ -145,6 +145,32 @@ bool FieldDec(absl::string_view body, absl::string_view word, uint32_t* v) {
   return Field(body, word, v, &ConsumeDec32);
 }
 
+// "msr_read"/"msr_write", "pio_read"/"pio_write": which way the access went.
+// False (and *rest untouched) for neither.
+bool ConsumeDirection(absl::string_view* rest, absl::string_view read,
+                      absl::string_view write, bool* is_write) {
+  if (absl::ConsumePrefix(rest, read)) {
+    *is_write = false;
+    return true;
+  }
+  if (absl::ConsumePrefix(rest, write)) {
+    *is_write = true;
+    return true;
+  }
+  return false;
+}
+
+// "LABEL 0xVALUE" at the start of *rest ("= 0x..." in kvm_msr, "at 0x..." in
+// kvm_pio). On failure *rest may be partly consumed: callers then give up.
+bool ConsumeLabeledHex(absl::string_view* rest, absl::string_view label,
+                       uint64_t* value) {
+  if (!absl::ConsumePrefix(rest, label)) return false;
+  SkipSpaces(rest);
+  return ConsumeHex(rest, value);
+}
+
+enum class Event { kNone, kMsr, kCpuid, kPio, kExit, kEntry };
+
 class FtraceParser final : public LineParser {
  public:
   FtraceParser() : LineParser(kImportFormatFtrace) {}
@@ -159,10 +185,13 @@ class FtraceParser final : public LineParser {
     return tasks_[pid];
   }
 
+  // kvm_exit / kvm_entry: remember the task's vCPU and its open exit.
+  void TrackExitOrEntry(Event event, uint32_t pid, absl::string_view body);
+  // The exit that caused a trap event of `kind` on task `pid`, into *ctx.
+  void AttachExit(uint32_t pid, Event kind, Context* ctx);
+
   absl::flat_hash_map<uint32_t, FtraceTask> tasks_;
 };
-
-enum class Event { kNone, kMsr, kCpuid, kPio, kExit, kEntry };
 
 // Locates the event name ("kvm_msr:", perf's "kvm:kvm_msr:") that follows the
 // header columns.
@@ -206,20 +235,15 @@ Event FindEvent(absl::string_view line, size_t* start, size_t* body) {
 Verdict ParsePio(absl::string_view body, const Context& ctx,
                  v1::TrapRecord* rec, std::string* why) {
   absl::string_view rest = body;
-  bool write;
-  if (absl::ConsumePrefix(&rest, "pio_read")) {
-    write = false;
-  } else if (absl::ConsumePrefix(&rest, "pio_write")) {
-    write = true;
-  } else {
+  bool write = false;
+  if (!ConsumeDirection(&rest, "pio_read", "pio_write", &write)) {
     *why = "kvm_pio: expected pio_read or pio_write";
     return Verdict::kMalformed;
   }
   uint64_t port, value = 0;
   uint32_t size, count;
   SkipSpaces(&rest);
-  if (!absl::ConsumePrefix(&rest, "at") ||
-      (SkipSpaces(&rest), !ConsumeHex(&rest, &port)) || port > 0xffff ||
+  if (!ConsumeLabeledHex(&rest, "at", &port) || port > 0xffff ||
       !FieldDec(rest, "size", &size) || !FieldDec(rest, "count", &count)) {
     *why = "kvm_pio: expected \"at 0xPORT size N count N\"";
     return Verdict::kMalformed;
@@ -245,6 +269,131 @@ Verdict ParsePio(absl::string_view body, const Context& ctx,
   return Verdict::kTrap;
 }
 
+// A kvm_msr body: "msr_read|msr_write INDEX = 0xVALUE", " (#GP)" on a fault.
+struct MsrEvent {
+  bool write = false;
+  uint32_t msr = 0;
+  uint64_t value = 0;
+  bool gp = false;
+};
+
+// Parses a kvm_msr body; false with *why set when it is malformed.
+bool ParseMsrBody(absl::string_view body, MsrEvent* m, std::string* why) {
+  absl::string_view rest = body;
+  if (!ConsumeDirection(&rest, "msr_read", "msr_write", &m->write)) {
+    *why = "kvm_msr: expected msr_read or msr_write";
+    return false;
+  }
+  SkipSpaces(&rest);
+  if (!ConsumeHex32(&rest, &m->msr)) {
+    *why = "kvm_msr: missing or invalid MSR index";
+    return false;
+  }
+  SkipSpaces(&rest);
+  if (!ConsumeLabeledHex(&rest, "=", &m->value)) {
+    *why = "kvm_msr: missing \"= 0xVALUE\"";
+    return false;
+  }
+  m->gp = absl::StrContains(rest, "#GP");
+  return true;
+}
+
+// The RDMSR/WRMSR a kvm_msr event records, and what KVM did: #GP, or the
+// write taken, or the value read.
+void MakeMsrTrap(const Context& ctx, const MsrEvent& m, v1::TrapRecord* rec) {
+  if (m.write) {
+    MakeWrmsr(ctx, m.msr, m.value, rec);
+  } else {
+    MakeRdmsr(ctx, m.msr, rec);
+  }
+  if (m.gp) {
+    ExpectGp(rec);
+  } else if (m.write) {
+    ExpectCompleted(rec);
+  } else {
+    ExpectRead(m.value, rec);
+  }
+}
+
+// A kvm_cpuid body: the leaf, subleaf and the four registers KVM returned.
+struct CpuidEvent {
+  uint64_t func = 0, idx = 0, rax = 0, rbx = 0, rcx = 0, rdx = 0;
+};
+
+// Parses a kvm_cpuid body; false with *why set when it is malformed.
+bool ParseCpuidBody(absl::string_view body, CpuidEvent* c, std::string* why) {
+  if (!FieldHex(body, "func", &c->func) || c->func > 0xffffffffu) {
+    *why = "kvm_cpuid: missing or invalid \"func\"";
+    return false;
+  }
+  FieldHex(body, "idx", &c->idx);  // absent before 4.x: subleaf unknown, 0
+  if (!FieldHex(body, "rax", &c->rax) || !FieldHex(body, "rbx", &c->rbx) ||
+      !FieldHex(body, "rcx", &c->rcx) || !FieldHex(body, "rdx", &c->rdx)) {
+    *why = "kvm_cpuid: missing one of rax/rbx/rcx/rdx";
+    return false;
+  }
+  return true;
+}
+
+// The CPUID a kvm_cpuid event records, completed with the registers KVM
+// returned.
+void MakeCpuidTrap(const Context& ctx, const CpuidEvent& c,
+                   v1::TrapRecord* rec) {
+  MakeCpuid(ctx, static_cast<uint32_t>(c.func), static_cast<uint32_t>(c.idx),
+            rec);
+  v1::Expectation* e = rec->mutable_expect();
+  e->set_kind(v1::Outcome::COMPLETED);
+  e->mutable_cpuid()->set_eax(static_cast<uint32_t>(c.rax));
+  e->mutable_cpuid()->set_ebx(static_cast<uint32_t>(c.rbx));
+  e->mutable_cpuid()->set_ecx(static_cast<uint32_t>(c.rcx));
+  e->mutable_cpuid()->set_edx(static_cast<uint32_t>(c.rdx));
+}
+
+void FtraceParser::TrackExitOrEntry(Event event, uint32_t pid,
+                                    absl::string_view body) {
+  FtraceTask& task = Task(pid);
+  uint32_t vcpu;
+  if (FieldDec(body, "vcpu", &vcpu)) {
+    task.has_vcpu = true;
+    task.vcpu = vcpu;
+  }
+  task.pending = false;
+  absl::string_view reason;
+  // An entry only closes the exit; an exit opens one when it names a reason.
+  if (event != Event::kExit || !After(body, "reason ", &reason)) return;
+  reason = reason.substr(0, reason.find_first_of(" \t"));
+  std::string r = absl::AsciiStrToLower(reason);
+  task.pending = true;
+  task.pending_msr = absl::StrContains(r, "msr");
+  task.pending_cpuid = absl::StrContains(r, "cpuid");
+  // VMX "IO_INSTRUCTION", SVM "io" (not "exception_nmi").
+  task.pending_io = absl::StartsWith(r, "io");
+  uint64_t rip;
+  task.pending_has_rip = FieldHex(body, "rip", &rip);
+  task.pending_rip = task.pending_has_rip ? rip : 0;
+}
+
+// The exit that caused this event: same task, reason of the same kind. It
+// gives the vCPU and, when the reasons match, the guest's rIP.
+void FtraceParser::AttachExit(uint32_t pid, Event kind, Context* ctx) {
+  auto it = tasks_.find(pid);
+  if (it == tasks_.end()) return;
+  FtraceTask& task = it->second;
+  if (task.has_vcpu) ctx->vcpu = task.vcpu;
+  bool matches = kind == Event::kCpuid ? task.pending_cpuid
+                 : kind == Event::kPio ? task.pending_io
+                                       : task.pending_msr;
+  if (task.pending && matches && task.pending_has_rip) {
+    ctx->has_rip = true;
+    ctx->rip = task.pending_rip;
+  }
+  task.pending = false;  // one exit explains one trap
+}
+
+// Finds the event, keeps the exit/entry context per task, and turns the
+// kvm_msr/kvm_pio/kvm_cpuid events into traps. A malformed kvm_msr or
+// kvm_cpuid leaves the task's open exit for a later event; kvm_pio takes it
+// before its body is checked.
 Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
                             std::string* why) {
   size_t start = 0, body_at = 0;
@@ -253,118 +402,30 @@ Verdict FtraceParser::Parse(absl::string_view line, v1::TrapRecord* rec,
   FtraceHeader hdr = ParseFtraceHeader(line.substr(0, start));
   absl::string_view body = absl::StripAsciiWhitespace(line.substr(body_at));
   const uint32_t pid = hdr.has_pid ? hdr.pid : 0;
-
   if (event == Event::kExit || event == Event::kEntry) {
-    FtraceTask& task = Task(pid);
-    uint32_t vcpu;
-    if (FieldDec(body, "vcpu", &vcpu)) {
-      task.has_vcpu = true;
-      task.vcpu = vcpu;
-    }
-    task.pending = false;
-    if (event == Event::kExit) {
-      absl::string_view reason;
-      if (After(body, "reason ", &reason)) {
-        reason = reason.substr(0, reason.find_first_of(" \t"));
-        std::string r = absl::AsciiStrToLower(reason);
-        task.pending = true;
-        task.pending_msr = absl::StrContains(r, "msr");
-        task.pending_cpuid = absl::StrContains(r, "cpuid");
-        // VMX "IO_INSTRUCTION", SVM "io" (not "exception_nmi").
-        task.pending_io = absl::StartsWith(r, "io");
-        uint64_t rip;
-        task.pending_has_rip = FieldHex(body, "rip", &rip);
-        task.pending_rip = task.pending_has_rip ? rip : 0;
-      }
-    }
+    TrackExitOrEntry(event, pid, body);
     return Verdict::kSkip;
   }
 
   Context ctx;
   ctx.domain = hdr.has_tgid ? hdr.tgid : pid;
   if (hdr.has_comm_vcpu) ctx.vcpu = hdr.comm_vcpu;
-  // The exit that caused this event: same task, reason of the same kind.
-  auto attach = [&](Event kind) {
-    auto it = tasks_.find(pid);
-    if (it == tasks_.end()) return;
-    FtraceTask& task = it->second;
-    if (task.has_vcpu) ctx.vcpu = task.vcpu;
-    bool matches = kind == Event::kCpuid ? task.pending_cpuid
-                   : kind == Event::kPio ? task.pending_io
-                                         : task.pending_msr;
-    if (task.pending && matches && task.pending_has_rip) {
-      ctx.has_rip = true;
-      ctx.rip = task.pending_rip;
-    }
-    task.pending = false;  // one exit explains one trap
-  };
-
   if (event == Event::kMsr) {
-    absl::string_view rest = body;
-    bool write;
-    if (absl::ConsumePrefix(&rest, "msr_read")) {
-      write = false;
-    } else if (absl::ConsumePrefix(&rest, "msr_write")) {
-      write = true;
-    } else {
-      *why = "kvm_msr: expected msr_read or msr_write";
-      return Verdict::kMalformed;
-    }
-    SkipSpaces(&rest);
-    uint32_t msr;
-    uint64_t value;
-    if (!ConsumeHex32(&rest, &msr)) {
-      *why = "kvm_msr: missing or invalid MSR index";
-      return Verdict::kMalformed;
-    }
-    SkipSpaces(&rest);
-    if (!absl::ConsumePrefix(&rest, "=") ||
-        (SkipSpaces(&rest), !ConsumeHex(&rest, &value))) {
-      *why = "kvm_msr: missing \"= 0xVALUE\"";
-      return Verdict::kMalformed;
-    }
-    bool gp = absl::StrContains(rest, "#GP");
-    attach(Event::kMsr);
-    if (write) {
-      MakeWrmsr(ctx, msr, value, rec);
-    } else {
-      MakeRdmsr(ctx, msr, rec);
-    }
-    if (gp) {
-      ExpectGp(rec);
-    } else if (write) {
-      ExpectCompleted(rec);
-    } else {
-      ExpectRead(value, rec);
-    }
+    MsrEvent m;
+    if (!ParseMsrBody(body, &m, why)) return Verdict::kMalformed;
+    AttachExit(pid, Event::kMsr, &ctx);
+    MakeMsrTrap(ctx, m, rec);
     return Verdict::kTrap;
   }
-
   if (event == Event::kPio) {
-    attach(Event::kPio);
+    AttachExit(pid, Event::kPio, &ctx);
     return ParsePio(body, ctx, rec, why);
   }
-
   // kvm_cpuid
-  uint64_t func, idx = 0, rax, rbx, rcx, rdx;
-  if (!FieldHex(body, "func", &func) || func > 0xffffffffu) {
-    *why = "kvm_cpuid: missing or invalid \"func\"";
-    return Verdict::kMalformed;
-  }
-  FieldHex(body, "idx", &idx);  // absent before 4.x: subleaf unknown, 0
-  if (!FieldHex(body, "rax", &rax) || !FieldHex(body, "rbx", &rbx) ||
-      !FieldHex(body, "rcx", &rcx) || !FieldHex(body, "rdx", &rdx)) {
-    *why = "kvm_cpuid: missing one of rax/rbx/rcx/rdx";
-    return Verdict::kMalformed;
-  }
-  attach(Event::kCpuid);
-  MakeCpuid(ctx, static_cast<uint32_t>(func), static_cast<uint32_t>(idx), rec);
-  v1::Expectation* e = rec->mutable_expect();
-  e->set_kind(v1::Outcome::COMPLETED);
-  e->mutable_cpuid()->set_eax(static_cast<uint32_t>(rax));
-  e->mutable_cpuid()->set_ebx(static_cast<uint32_t>(rbx));
-  e->mutable_cpuid()->set_ecx(static_cast<uint32_t>(rcx));
-  e->mutable_cpuid()->set_edx(static_cast<uint32_t>(rdx));
+  CpuidEvent c;
+  if (!ParseCpuidBody(body, &c, why)) return Verdict::kMalformed;
+  AttachExit(pid, Event::kCpuid, &ctx);
+  MakeCpuidTrap(ctx, c, rec);
   return Verdict::kTrap;
 }
 

@@ -103,100 +103,134 @@ Context KvmContext(absl::string_view prefix) {
   return ctx;
 }
 
-Verdict ParseKvmLine(absl::string_view line, v1::TrapRecord* rec,
-                     std::string* why) {
-  if (absl::StrContains(line, "callbacks suppressed")) return Verdict::kSkip;
+// Blanks, then a hex value; on failure *why is `what` + `problem`.
+bool ConsumeValue(absl::string_view* rest, absl::string_view what,
+                  absl::string_view problem, uint64_t* value,
+                  std::string* why) {
+  SkipSpaces(rest);
+  if (ConsumeHex(rest, value)) return true;
+  *why = absl::StrCat(what, problem);
+  return false;
+}
 
-  const KvmMessage* msg = nullptr;
-  size_t at = 0;
-  absl::string_view rest;
+// The first of kKvmMessages in `line`, with the text after its anchor in
+// *rest and the anchor's position in *at; nullptr when none is.
+const KvmMessage* FindKvmMessage(absl::string_view line,
+                                 absl::string_view* rest, size_t* at) {
   for (const KvmMessage& m : kKvmMessages) {
-    if (After(line, m.anchor, &rest, &at)) {
-      msg = &m;
-      break;
-    }
+    if (After(line, m.anchor, rest, at)) return &m;
   }
+  return nullptr;
+}
 
-  // DEBUGCTL writes the kernel dropped: "...DEBUGCTL[MSR] 0x%llx, nop".
-  if (msg == nullptr) {
-    size_t dbg = line.find("DEBUGCTL");
-    if (dbg == absl::string_view::npos || !absl::StrContains(line, ", nop")) {
-      return Verdict::kSkip;
-    }
-    rest = line.substr(dbg + strlen("DEBUGCTL"));
-    absl::ConsumePrefix(&rest, "MSR");
-    SkipSpaces(&rest);
-    uint64_t value;
-    if (!ConsumeHex(&rest, &value)) {
-      *why = "DEBUGCTL write: missing the value before \", nop\"";
-      return Verdict::kMalformed;
-    }
-    MakeWrmsr(KvmContext(line.substr(0, dbg)), kMsrDebugCtl, value, rec);
-    ExpectCompleted(rec);
-    return Verdict::kTrap;
+// DEBUGCTL writes the kernel dropped: "...DEBUGCTL[MSR] 0x%llx, nop". For a
+// line no kKvmMessages anchor matched.
+Verdict ParseDebugCtlNop(absl::string_view line, v1::TrapRecord* rec,
+                         std::string* why) {
+  size_t dbg = line.find("DEBUGCTL");
+  if (dbg == absl::string_view::npos || !absl::StrContains(line, ", nop")) {
+    return Verdict::kSkip;
   }
-
-  // "ignored rdmsr", "Unhandled WRMSR": the anchor without its ':' or '('.
-  const absl::string_view what = msg->anchor.substr(0, msg->anchor.size() - 1);
-  Context ctx = KvmContext(line.substr(0, at));
-  SkipSpaces(&rest);
-
-  uint32_t msr = msg->fixed_msr;
-  if (msr == 0 && !ConsumeHex32(&rest, &msr)) {
-    *why = absl::StrCat(what, ": missing or invalid MSR index");
+  absl::string_view rest = line.substr(dbg + strlen("DEBUGCTL"));
+  absl::ConsumePrefix(&rest, "MSR");
+  uint64_t value;
+  if (!ConsumeValue(&rest, "DEBUGCTL write",
+                    ": missing the value before \", nop\"", &value, why)) {
     return Verdict::kMalformed;
   }
-  if (absl::EndsWith(msg->anchor, "(")) {
-    if (!absl::ConsumePrefix(&rest, ")")) {
+  MakeWrmsr(KvmContext(line.substr(0, dbg)), kMsrDebugCtl, value, rec);
+  ExpectCompleted(rec);
+  return Verdict::kTrap;
+}
+
+// The MSR index after the anchor (or the one the message is about), and the
+// ')' that closes it in the 6.3+ "Unhandled RDMSR(0x%x)" forms.
+bool ConsumeMsrIndex(const KvmMessage& msg, absl::string_view what,
+                     absl::string_view* rest, uint32_t* msr, std::string* why) {
+  *msr = msg.fixed_msr;
+  if (*msr == 0 && !ConsumeHex32(rest, msr)) {
+    *why = absl::StrCat(what, ": missing or invalid MSR index");
+    return false;
+  }
+  if (absl::EndsWith(msg.anchor, "(")) {
+    if (!absl::ConsumePrefix(rest, ")")) {
       *why = absl::StrCat(what, ": expected ')' after the MSR index");
-      return Verdict::kMalformed;
+      return false;
     }
   }
+  return true;
+}
 
-  if (msg->access == Access::kRead) {
-    MakeRdmsr(ctx, msr, rec);
-    if (msg->result == Result::kGp) {
-      ExpectGp(rec);
-    } else {
-      // 5.x+ print the value the guest got ("data 0x0"); older ones none: 0.
-      uint64_t value = 0;
-      absl::string_view data = rest;
-      SkipSpaces(&data);
-      if (absl::ConsumePrefix(&data, "data")) {
-        SkipSpaces(&data);
-        if (!ConsumeHex(&data, &value)) {
-          *why = absl::StrCat(what, ": invalid data value");
-          return Verdict::kMalformed;
-        }
-      }
-      ExpectRead(value, rec);
-    }
+// A read: #GP, or the value the guest got. `rest` follows the MSR index.
+Verdict FinishKvmRdmsr(const KvmMessage& msg, absl::string_view what,
+                       const Context& ctx, uint32_t msr, absl::string_view rest,
+                       v1::TrapRecord* rec, std::string* why) {
+  MakeRdmsr(ctx, msr, rec);
+  if (msg.result == Result::kGp) {
+    ExpectGp(rec);
     return Verdict::kTrap;
   }
+  // 5.x+ print the value the guest got ("data 0x0"); older ones none: 0.
+  uint64_t value = 0;
+  SkipSpaces(&rest);
+  if (absl::ConsumePrefix(&rest, "data") &&
+      !ConsumeValue(&rest, what, ": invalid data value", &value, why)) {
+    return Verdict::kMalformed;
+  }
+  ExpectRead(value, rec);
+  return Verdict::kTrap;
+}
 
-  // Writes: "data VAL" (old kernels, illumos: hex without 0x), "= 0xVAL"
-  // (6.3+), or just the value for the messages with a fixed MSR.
+// A write: "data VAL" (old kernels, illumos: hex without 0x), "= 0xVAL"
+// (6.3+), or just the value for the messages with a fixed MSR; #GP or
+// dropped as the message says. `rest` follows the MSR index.
+Verdict FinishKvmWrmsr(const KvmMessage& msg, absl::string_view what,
+                       const Context& ctx, uint32_t msr, absl::string_view rest,
+                       v1::TrapRecord* rec, std::string* why) {
   SkipSpaces(&rest);
   if (!absl::ConsumePrefix(&rest, "data") && !absl::ConsumePrefix(&rest, "=") &&
-      msg->fixed_msr == 0) {
+      msg.fixed_msr == 0) {
     *why = absl::StrCat(what, ": missing the data value");
     return Verdict::kMalformed;
   }
-  SkipSpaces(&rest);
   uint64_t value;
-  if (!ConsumeHex(&rest, &value)) {
-    *why = absl::StrCat(what, ": missing or invalid data value");
+  if (!ConsumeValue(&rest, what, ": missing or invalid data value", &value,
+                    why)) {
     return Verdict::kMalformed;
   }
   MakeWrmsr(ctx, msr, value, rec);
-  bool gp = msg->result == Result::kGp ||
-            (msg->result == Result::kByMsr && UnhandledWrmsrFaults(msr));
+  bool gp = msg.result == Result::kGp ||
+            (msg.result == Result::kByMsr && UnhandledWrmsrFaults(msr));
   if (gp) {
     ExpectGp(rec);
   } else {
     ExpectCompleted(rec);
   }
   return Verdict::kTrap;
+}
+
+// Finds the message and the MSR it names; FinishKvmRdmsr/FinishKvmWrmsr read
+// the rest.
+Verdict ParseKvmLine(absl::string_view line, v1::TrapRecord* rec,
+                     std::string* why) {
+  if (absl::StrContains(line, "callbacks suppressed")) return Verdict::kSkip;
+  size_t at = 0;
+  absl::string_view rest;
+  const KvmMessage* msg = FindKvmMessage(line, &rest, &at);
+  if (msg == nullptr) return ParseDebugCtlNop(line, rec, why);
+
+  // "ignored rdmsr", "Unhandled WRMSR": the anchor without its ':' or '('.
+  const absl::string_view what = msg->anchor.substr(0, msg->anchor.size() - 1);
+  Context ctx = KvmContext(line.substr(0, at));
+  SkipSpaces(&rest);
+  uint32_t msr;
+  if (!ConsumeMsrIndex(*msg, what, &rest, &msr, why)) {
+    return Verdict::kMalformed;
+  }
+  if (msg->access == Access::kRead) {
+    return FinishKvmRdmsr(*msg, what, ctx, msr, rest, rec, why);
+  }
+  return FinishKvmWrmsr(*msg, what, ctx, msr, rest, rec, why);
 }
 
 // Cheap test for auto-detection: could this be a KVM MSR message?

@@ -91,78 +91,110 @@ bool ConsumeXenValue(absl::string_view* s, uint64_t* value) {
   return true;
 }
 
-Verdict ParseXenLine(absl::string_view line, v1::TrapRecord* rec,
-                     std::string* why) {
-  absl::string_view body = line;
-  absl::string_view rest;
-  size_t at;
+// "LABEL VALUE" at the start of *rest ("val 0x...", "from ...", "to ..."),
+// the value as `consume` reads it. On failure *rest may be partly consumed:
+// callers then give up.
+bool ConsumeLabeled(absl::string_view* rest, absl::string_view label,
+                    bool (*consume)(absl::string_view*, uint64_t*),
+                    uint64_t* value) {
+  if (!absl::ConsumePrefix(rest, label)) return false;
+  SkipSpaces(rest);
+  return consume(rest, value);
+}
 
-  // Older Xen: "Non-priv domain attempted WRMSR(%p,%08lx,%08lx)." — dropped.
-  if (After(body, "domain attempted WRMSR(", &rest, &at) ||
-      After(body, "domain attempted RDMSR(", &rest, &at)) {
-    bool write = body[at + strlen("domain attempted ")] == 'W';
-    uint32_t msr, eax, edx;
-    if (!ConsumeHex32(&rest, &msr) || !absl::ConsumePrefix(&rest, ",") ||
-        !ConsumeHex32(&rest, &eax) || !absl::ConsumePrefix(&rest, ",") ||
-        !ConsumeHex32(&rest, &edx)) {
-      *why = "Non-priv domain attempted MSR access: expected (MSR,EAX,EDX)";
-      return Verdict::kMalformed;
-    }
-    Context ctx;
-    absl::string_view d;
-    uint32_t dom;
-    if (After(body, "DOM", &d) && ConsumeDec32(&d, &dom)) ctx.domain = dom;
-    if (write) {
-      MakeWrmsr(ctx, msr, (uint64_t{edx} << 32) | eax, rec);
-      ExpectCompleted(rec);
-    } else {
-      // What the guest read is not in the line.
-      MakeRdmsr(ctx, msr, rec);
-    }
-    return Verdict::kTrap;
+// Older Xen: "Non-priv domain attempted WRMSR(%p,%08lx,%08lx)." — dropped.
+// `rest` follows the '(' of the match at `at`.
+Verdict ParseNonPrivMsr(absl::string_view body, size_t at,
+                        absl::string_view rest, v1::TrapRecord* rec,
+                        std::string* why) {
+  bool write = body[at + strlen("domain attempted ")] == 'W';
+  uint32_t msr, eax, edx;
+  if (!ConsumeHex32(&rest, &msr) || !absl::ConsumePrefix(&rest, ",") ||
+      !ConsumeHex32(&rest, &eax) || !absl::ConsumePrefix(&rest, ",") ||
+      !ConsumeHex32(&rest, &edx)) {
+    *why = "Non-priv domain attempted MSR access: expected (MSR,EAX,EDX)";
+    return Verdict::kMalformed;
   }
-
-  enum class Kind {
-    kRdmsrUnimpl,
-    kWrmsrUnimpl,
-    kFaking,
-    kAttemptedWrmsr,
-    kAttemptedRdmsr
-  };
-  Kind kind;
-  absl::string_view what;
-  if (After(body, "faking RDMSR", &rest, &at)) {
-    kind = Kind::kFaking;
-    what = "faking RDMSR";
-  } else if (After(body, "Domain attempted WRMSR", &rest, &at)) {
-    kind = Kind::kAttemptedWrmsr;
-    what = "Domain attempted WRMSR";
-  } else if (After(body, "Domain attempted RDMSR", &rest, &at)) {
-    kind = Kind::kAttemptedRdmsr;
-    what = "Domain attempted RDMSR";
-  } else if (After(body, "RDMSR ", &rest, &at) &&
-             absl::StrContains(rest, "unimplemented")) {
-    kind = Kind::kRdmsrUnimpl;
-    what = "RDMSR unimplemented";
-  } else if (After(body, "WRMSR ", &rest, &at) &&
-             absl::StrContains(rest, "unimplemented")) {
-    kind = Kind::kWrmsrUnimpl;
-    what = "WRMSR unimplemented";
-  } else {
-    return Verdict::kSkip;
-  }
-
   Context ctx;
-  if (XenDomain(body.substr(0, at), &ctx) == DomainSpec::kNotNumeric) {
-    return Verdict::kSkip;  // d[IDLE], d[COW], ...: Xen itself, not a guest
+  absl::string_view d;
+  uint32_t dom;
+  if (After(body, "DOM", &d) && ConsumeDec32(&d, &dom)) ctx.domain = dom;
+  if (write) {
+    MakeWrmsr(ctx, msr, (uint64_t{edx} << 32) | eax, rec);
+    ExpectCompleted(rec);
+  } else {
+    // What the guest read is not in the line.
+    MakeRdmsr(ctx, msr, rec);
   }
-  SkipSpaces(&rest);
-  uint32_t msr;
-  if (!ConsumeHex32(&rest, &msr)) {
-    *why = absl::StrCat(what, ": missing or invalid MSR index");
+  return Verdict::kTrap;
+}
+
+enum class Kind {
+  kRdmsrUnimpl,
+  kWrmsrUnimpl,
+  kFaking,
+  kAttemptedWrmsr,
+  kAttemptedRdmsr
+};
+
+struct XenMessage {
+  absl::string_view anchor;  // the words just before the MSR
+  Kind kind;
+  absl::string_view what;  // the message's name in errors
+  bool unimplemented;      // counts only with "unimplemented" after it
+};
+
+// In the order they are tried: "RDMSR " and "WRMSR " also occur inside the
+// longer anchors.
+constexpr XenMessage kXenMessages[] = {
+    {"faking RDMSR", Kind::kFaking, "faking RDMSR", false},
+    {"Domain attempted WRMSR", Kind::kAttemptedWrmsr, "Domain attempted WRMSR",
+     false},
+    {"Domain attempted RDMSR", Kind::kAttemptedRdmsr, "Domain attempted RDMSR",
+     false},
+    {"RDMSR ", Kind::kRdmsrUnimpl, "RDMSR unimplemented", true},
+    {"WRMSR ", Kind::kWrmsrUnimpl, "WRMSR unimplemented", true},
+};
+
+// The first of kXenMessages in `body`, with the text after its anchor in
+// *rest and the anchor's position in *at; nullptr when none is.
+const XenMessage* FindXenMessage(absl::string_view body,
+                                 absl::string_view* rest, size_t* at) {
+  for (const XenMessage& m : kXenMessages) {
+    if (After(body, m.anchor, rest, at) &&
+        (!m.unimplemented || absl::StrContains(*rest, "unimplemented"))) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
+// 4.x "Domain attempted WRMSR MSR from VALUE to VALUE": Xen dropped the
+// write and went on. `rest` follows the MSR index and its blanks.
+Verdict ParseAttemptedWrmsr(const Context& ctx, uint32_t msr,
+                            absl::string_view rest, v1::TrapRecord* rec,
+                            std::string* why) {
+  uint64_t from, to;
+  if (!ConsumeLabeled(&rest, "from", &ConsumeXenValue, &from)) {
+    *why = "Domain attempted WRMSR: missing \"from VALUE\"";
     return Verdict::kMalformed;
   }
   SkipSpaces(&rest);
+  if (!ConsumeLabeled(&rest, "to", &ConsumeXenValue, &to)) {
+    *why = "Domain attempted WRMSR: missing \"to VALUE\"";
+    return Verdict::kMalformed;
+  }
+  (void)from;
+  MakeWrmsr(ctx, msr, to, rec);
+  ExpectCompleted(rec);  // Xen dropped the write and went on
+  return Verdict::kTrap;
+}
+
+// The trap a message of `kind` about `msr` records, and what Xen did. `rest`
+// follows the MSR index and its blanks.
+Verdict FinishXenTrap(Kind kind, const Context& ctx, uint32_t msr,
+                      absl::string_view rest, v1::TrapRecord* rec,
+                      std::string* why) {
   switch (kind) {
     case Kind::kRdmsrUnimpl:
       MakeRdmsr(ctx, msr, rec);
@@ -177,8 +209,7 @@ Verdict ParseXenLine(absl::string_view line, v1::TrapRecord* rec,
       return Verdict::kTrap;
     case Kind::kWrmsrUnimpl: {
       uint64_t value;
-      if (!absl::ConsumePrefix(&rest, "val") ||
-          (SkipSpaces(&rest), !ConsumeHex(&rest, &value))) {
+      if (!ConsumeLabeled(&rest, "val", &ConsumeHex, &value)) {
         *why = "WRMSR unimplemented: missing \"val 0x...\"";
         return Verdict::kMalformed;
       }
@@ -186,26 +217,38 @@ Verdict ParseXenLine(absl::string_view line, v1::TrapRecord* rec,
       ExpectGp(rec);
       return Verdict::kTrap;
     }
-    case Kind::kAttemptedWrmsr: {
-      uint64_t from, to;
-      if (!absl::ConsumePrefix(&rest, "from") ||
-          (SkipSpaces(&rest), !ConsumeXenValue(&rest, &from))) {
-        *why = "Domain attempted WRMSR: missing \"from VALUE\"";
-        return Verdict::kMalformed;
-      }
-      SkipSpaces(&rest);
-      if (!absl::ConsumePrefix(&rest, "to") ||
-          (SkipSpaces(&rest), !ConsumeXenValue(&rest, &to))) {
-        *why = "Domain attempted WRMSR: missing \"to VALUE\"";
-        return Verdict::kMalformed;
-      }
-      (void)from;
-      MakeWrmsr(ctx, msr, to, rec);
-      ExpectCompleted(rec);  // Xen dropped the write and went on
-      return Verdict::kTrap;
-    }
+    case Kind::kAttemptedWrmsr:
+      return ParseAttemptedWrmsr(ctx, msr, rest, rec, why);
   }
   return Verdict::kSkip;
+}
+
+// Finds the message, the guest it names (none for Xen itself) and the MSR
+// index; FinishXenTrap reads the rest.
+Verdict ParseXenLine(absl::string_view line, v1::TrapRecord* rec,
+                     std::string* why) {
+  absl::string_view body = line;
+  absl::string_view rest;
+  size_t at;
+  if (After(body, "domain attempted WRMSR(", &rest, &at) ||
+      After(body, "domain attempted RDMSR(", &rest, &at)) {
+    return ParseNonPrivMsr(body, at, rest, rec, why);
+  }
+  const XenMessage* msg = FindXenMessage(body, &rest, &at);
+  if (msg == nullptr) return Verdict::kSkip;
+
+  Context ctx;
+  if (XenDomain(body.substr(0, at), &ctx) == DomainSpec::kNotNumeric) {
+    return Verdict::kSkip;  // d[IDLE], d[COW], ...: Xen itself, not a guest
+  }
+  SkipSpaces(&rest);
+  uint32_t msr;
+  if (!ConsumeHex32(&rest, &msr)) {
+    *why = absl::StrCat(msg->what, ": missing or invalid MSR index");
+    return Verdict::kMalformed;
+  }
+  SkipSpaces(&rest);
+  return FinishXenTrap(msg->kind, ctx, msr, rest, rec, why);
 }
 
 bool LooksLikeXen(absl::string_view line) {

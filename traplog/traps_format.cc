@@ -6,7 +6,10 @@
 #include <bit>
 #include <cstring>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "emulator/trap_convert.h"
 #include "google/protobuf/stubs/common.h"
 #include "traplog/traps_layout.h"
@@ -226,57 +229,121 @@ std::string DescribeDamage(uint32_t damage, const char* r, uint32_t body) {
   return absl::StrCat("damage bits 0x", absl::Hex(damage));
 }
 
+namespace {
+
+// EncodeTrapsRecord's refusals: InvalidArgument, the message prefixed by
+// `where`.
+template <typename... Args>
+absl::Status Refuse(absl::string_view where, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(where, args...));
+}
+
+// The limits TrapFromProto enforces, and the enums' names: a reader refuses
+// anything else (see DamageOf).
+absl::Status CheckLayoutLimits(const v1::Trap& trap,
+                               const v1::Expectation& expect,
+                               absl::string_view where) {
+  if (trap.insn().size() > static_cast<size_t>(kMaxInsnLength)) {
+    return Refuse(
+        where, ": trap.insn is ", trap.insn().size(),
+        " bytes; an x86 instruction (and a .traps record) holds at most ",
+        kMaxInsnLength);
+  }
+  if (trap.cpl() > 3) {
+    return Refuse(where, ": trap.cpl is ", trap.cpl(),
+                  "; the privilege level is 0..3");
+  }
+  if (!v1::CpuMode_IsValid(trap.mode())) {
+    return Refuse(where, ": trap.mode is ", trap.mode(),
+                  ", which is not a pvemu.v1.CpuMode");
+  }
+  if (!v1::Outcome_Kind_IsValid(expect.kind())) {
+    return Refuse(where, ": expect.kind is ", expect.kind(),
+                  ", which is not a pvemu.v1.Outcome.Kind");
+  }
+  if (expect.has_vector() && !v1::Vector_IsValid(expect.vector())) {
+    return Refuse(where, ": expect.vector is ", expect.vector(),
+                  ", which is not a pvemu.v1.Vector");
+  }
+  return absl::OkStatus();
+}
+
+// Whatever else TrapFromProto refuses (a reserved domain id): a .traps
+// record is one replay can use.
+absl::Status CheckReplayable(const v1::Trap& trap, absl::string_view where) {
+  absl::StatusOr<emulator::Trap> converted = emulator::TrapFromProto(trap);
+  if (!converted.ok()) return Refuse(where, ": ", converted.status().message());
+  return absl::OkStatus();
+}
+
+// The trap's fields into the record at `r` (zero-filled); returns the flags
+// they set.
+uint8_t StoreTrap(const v1::Trap& trap, char* r) {
+  uint8_t flags = kTrapSet;
+  Store32(r + kDomain, trap.domain());
+  Store32(r + kVcpu, trap.vcpu());
+  Store8(r + kMode, static_cast<uint32_t>(trap.mode()));
+  Store8(r + kCpl, trap.cpl());
+  Store8(r + kInsnLen, static_cast<uint32_t>(trap.insn().size()));
+  std::memcpy(r + kInsn, trap.insn().data(), trap.insn().size());
+  if (trap.has_regs()) {
+    flags |= kRegsSet;
+    const v1::Registers& g = trap.regs();
+    const uint64_t regs[kNumRegs] = {
+        g.rax(), g.rcx(), g.rdx(), g.rbx(), g.rsp(), g.rbp(),
+        g.rsi(), g.rdi(), g.r8(),  g.r9(),  g.r10(), g.r11(),
+        g.r12(), g.r13(), g.r14(), g.r15(), g.rip(), g.rflags()};
+    for (int i = 0; i < kNumRegs; ++i) Store64(r + kRegs + 8 * i, regs[i]);
+  }
+  Store64(r + kHostTsc, trap.host_tsc());
+  return flags;
+}
+
+// The expectation's fields into the record at `r` (zero-filled); returns the
+// flags they set.
+uint8_t StoreExpect(const v1::Expectation& expect, char* r) {
+  uint8_t flags = kExpectSet;
+  Store8(r + kExpectKind, static_cast<uint32_t>(expect.kind()));
+  if (expect.has_vector()) {
+    flags |= kVectorSet;
+    Store8(r + kExpectVector, static_cast<uint32_t>(expect.vector()));
+  }
+  if (expect.has_value()) {
+    flags |= kValueSet;
+    Store64(r + kExpectValue, expect.value());
+  }
+  if (expect.has_cpuid()) {
+    flags |= kCpuidSet;
+    const v1::CpuidRegs& c = expect.cpuid();
+    Store32(r + kExpectCpuid, c.eax());
+    Store32(r + kExpectCpuid + 4, c.ebx());
+    Store32(r + kExpectCpuid + 8, c.ecx());
+    Store32(r + kExpectCpuid + 12, c.edx());
+  }
+  return flags;
+}
+
+}  // namespace
+
 }  // namespace traps_v2
 
 namespace v1 = ::pvemu::v1;
 
+// Checks what a reader would refuse, then lays the record out: the fixed
+// part zero-filled, the fields set, then the strings.
 absl::Status EncodeTrapsRecord(const v1::TrapRecord& record,
                                absl::string_view where, std::string* out) {
   using namespace traps_v2;  // NOLINT: the layout's names
-  const v1::Trap& trap = record.trap();
-  const v1::Expectation& expect = record.expect();
-  // The limits TrapFromProto enforces, and the enums' names: a reader
-  // refuses anything else.
-  if (trap.insn().size() > static_cast<size_t>(kMaxInsnLength)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": trap.insn is ", trap.insn().size(),
-        " bytes; an x86 instruction (and a .traps record) holds at most ",
-        kMaxInsnLength));
-  }
-  if (trap.cpl() > 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": trap.cpl is ", trap.cpl(), "; the privilege level is 0..3"));
-  }
-  if (!v1::CpuMode_IsValid(trap.mode())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": trap.mode is ", trap.mode(),
-                     ", which is not a pvemu.v1.CpuMode"));
-  }
-  if (!v1::Outcome_Kind_IsValid(expect.kind())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": expect.kind is ", expect.kind(),
-                     ", which is not a pvemu.v1.Outcome.Kind"));
-  }
-  if (expect.has_vector() && !v1::Vector_IsValid(expect.vector())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": expect.vector is ", expect.vector(),
-                     ", which is not a pvemu.v1.Vector"));
-  }
-  // Whatever else TrapFromProto refuses (a reserved domain id): a .traps
-  // record is one replay can use.
+  RETURN_IF_ERROR(CheckLayoutLimits(record.trap(), record.expect(), where));
   if (record.has_trap()) {
-    absl::StatusOr<emulator::Trap> converted = emulator::TrapFromProto(trap);
-    if (!converted.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", converted.status().message()));
-    }
+    RETURN_IF_ERROR(CheckReplayable(record.trap(), where));
   }
   const std::string& source = record.source();
   const std::string& note = record.note();
   const size_t body = kMinBody + source.size() + note.size();
   if (body > kMaxTrapRecordBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " is ", body, " bytes; the limit is ", kMaxTrapRecordBytes));
+    return Refuse(where, " is ", body, " bytes; the limit is ",
+                  kMaxTrapRecordBytes);
   }
 
   out->assign(kFixed, '\0');  // every field not set below stays zero
@@ -285,45 +352,8 @@ absl::Status EncodeTrapsRecord(const v1::TrapRecord& record,
   char* r = out->data();
   uint8_t flags = 0;
   Store32(r + kBodyBytes, static_cast<uint32_t>(body));
-  if (record.has_trap()) {
-    flags |= kTrapSet;
-    Store32(r + kDomain, trap.domain());
-    Store32(r + kVcpu, trap.vcpu());
-    Store8(r + kMode, static_cast<uint32_t>(trap.mode()));
-    Store8(r + kCpl, trap.cpl());
-    Store8(r + kInsnLen, static_cast<uint32_t>(trap.insn().size()));
-    std::memcpy(r + kInsn, trap.insn().data(), trap.insn().size());
-    if (trap.has_regs()) {
-      flags |= kRegsSet;
-      const v1::Registers& g = trap.regs();
-      const uint64_t regs[kNumRegs] = {
-          g.rax(), g.rcx(), g.rdx(), g.rbx(), g.rsp(), g.rbp(),
-          g.rsi(), g.rdi(), g.r8(),  g.r9(),  g.r10(), g.r11(),
-          g.r12(), g.r13(), g.r14(), g.r15(), g.rip(), g.rflags()};
-      for (int i = 0; i < kNumRegs; ++i) Store64(r + kRegs + 8 * i, regs[i]);
-    }
-    Store64(r + kHostTsc, trap.host_tsc());
-  }
-  if (record.has_expect()) {
-    flags |= kExpectSet;
-    Store8(r + kExpectKind, static_cast<uint32_t>(expect.kind()));
-    if (expect.has_vector()) {
-      flags |= kVectorSet;
-      Store8(r + kExpectVector, static_cast<uint32_t>(expect.vector()));
-    }
-    if (expect.has_value()) {
-      flags |= kValueSet;
-      Store64(r + kExpectValue, expect.value());
-    }
-    if (expect.has_cpuid()) {
-      flags |= kCpuidSet;
-      const v1::CpuidRegs& c = expect.cpuid();
-      Store32(r + kExpectCpuid, c.eax());
-      Store32(r + kExpectCpuid + 4, c.ebx());
-      Store32(r + kExpectCpuid + 8, c.ecx());
-      Store32(r + kExpectCpuid + 12, c.edx());
-    }
-  }
+  if (record.has_trap()) flags |= StoreTrap(record.trap(), r);
+  if (record.has_expect()) flags |= StoreExpect(record.expect(), r);
   Store8(r + kFlags, flags);
   Store32(r + kSourceLen, static_cast<uint32_t>(source.size()));
   Store32(r + kNoteLen, static_cast<uint32_t>(note.size()));
