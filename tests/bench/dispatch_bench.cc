@@ -1,6 +1,6 @@
 // The whole trap path, trap → outcome, as pvemud runs it (dispatch/dispatch.h),
 // on the shared trap mix (trap_mix.h), with the shipped default policy on
-// the Intel sim host. Targets (issue 7), all as ratios within one run:
+// the Intel sim host. Targets (docs/performance.md), all as ratios within one run:
 //   BM_DispatchMix >= 2x BM_DecodeMix_Zydis items/s;
 //   BM_DispatchRules/10000 within 1.25x of /10;
 //   BM_DispatchHooksOff within 2% of BM_DispatchHooksBare (and

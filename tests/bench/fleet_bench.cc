@@ -1,4 +1,4 @@
-// Fleet mode (issue 19) against a real single-member etcd (/usr/bin/etcd):
+// Fleet mode against a real single-member etcd (/usr/bin/etcd):
 //   BM_FleetEditToAllHosts: from sending a `fleet set-rule` (acknowledged,
 //     so etcd committed it and the answering host applied it) until all 3
 //     fleet-mode pvemud (in process) answer a trap with the new value; p50
@@ -77,7 +77,7 @@ struct FleetWorld {
     };
     etcd = testing::SpawnQuiet(std::move(args), dir + "/etcd.stderr");
     // etcd answers etcdctl before pvemu's client is made (see the report of
-    // issue 19's bench: a channel made while etcd started spent 20 s in
+    // an earlier version of this bench: a channel made while etcd started spent 20 s in
     // connection attempts that saw no SETTINGS frame).
     bool healthy = false;
     const std::string probe = absl::StrCat(

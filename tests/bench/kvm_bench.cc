@@ -1,4 +1,4 @@
-// The KVM data plane on a real KVM guest (issue 18, section 6). A vCPU in
+// The KVM data plane on a real KVM guest. A vCPU in
 // real mode loops on RDMSR; every exit is answered either by pvemu's full
 // policy decision (libpvemu-kvm's C ABI) or by a handler that answers a
 // constant, interleaved on the same vCPU so the exit round trip, which

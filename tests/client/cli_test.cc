@@ -168,7 +168,7 @@ TEST(CliTest, ExplainJsonFollowsTheContract) {
   }
 }
 
-// Issue 20: every -o json output prints its keys in one documented order.
+// Every -o json output prints its keys in one documented order.
 TEST(CliTest, JsonKeysComeInTheDocumentedOrderEveryTime) {
   const std::string args =
       "-o json explain --host-vendor=amd --domain=0 --msr=IA32_ENERGY_PERF_BIAS";
@@ -194,7 +194,7 @@ TEST(CliTest, EmulateJsonGivesRegistersAfterTheTrap) {
   EXPECT_THAT(r.output, HasSubstr("\"exception\":null"));
 }
 
-// Issue 17: with a policy that grants only port 0x80, `in al,0x70` and
+// With a policy that grants only port 0x80, `in al,0x70` and
 // `in al,0x80` used to answer alike (0xff, completed). They differ now, and
 // emulate and explain say which case applies.
 class CliPortTest : public ::testing::Test {
@@ -279,7 +279,7 @@ TEST(CliTest, HostProfileIsAShippedNameOrAFile) {
   EXPECT_THAT(both.output, HasSubstr("name different profiles"));
 }
 
-// Issue 20: `pvemuctl msr search`, and the Linux/Xen names operators use.
+// `pvemuctl msr search`, and the Linux/Xen names operators use.
 TEST(CliMsrTest, SearchByFragmentListsEveryMsrWhoseNameContainsIt) {
   CliRun r = Pvemuctl("msr search energy_perf");
   EXPECT_EQ(r.status, 0) << r.output;
@@ -342,7 +342,7 @@ TEST(CliMsrTest, SearchWithoutAMatchExitsOneAndSuggests) {
   EXPECT_THAT(index.output, HasSubstr("no MSR matches '0x12345678'"));
 }
 
-// --- Issue 18: kvm-filter and explain --kvm.
+// --- kvm-filter and explain --kvm.
 
 // One JSON line as a protobuf Struct (so the test does not depend on spacing).
 google::protobuf::Struct ParseJsonLine(const std::string& line) {
@@ -558,7 +558,7 @@ TEST(CliKvmTest, KvmFilterWithAnUnreachableServerExitsThree) {
   EXPECT_EQ(e.status, 3) << e.output;
 }
 
-// --- Issue 21: xen-config.
+// --- xen-config.
 
 // The lines of `text` that are xl.cfg settings (not comments).
 std::vector<std::string> Settings(const std::string& text) {

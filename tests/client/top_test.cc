@@ -1,4 +1,4 @@
-// pvemuctl top (issue 20 §3) against a real pvemud counting MSR accesses:
+// pvemuctl top against a real pvemud counting MSR accesses:
 // the --once JSON lines, and the live view in a real terminal (tmux).
 #include <atomic>
 #include <unistd.h>

@@ -568,7 +568,7 @@ TEST_F(EmulateTest, OutOutsideTheIoPortRangesIsDroppedAndCompletes) {
   }
 }
 
-// The defect of issue 17: a granted port used to read 0xff and complete like
+// A defect once fixed: a granted port used to read 0xff and complete like
 // a denied one. It is the trap source's device model's now.
 TEST_F(EmulateTest, GrantedPortWithoutAHostDeviceGoesToTheDeviceModelUnchanged) {
   domain_.ports_allowed = true;

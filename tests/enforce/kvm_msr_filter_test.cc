@@ -1,4 +1,4 @@
-// enforce::CompileMsrFilter against its contract (kvm/msr_filter.h, issue 18
+// enforce::CompileMsrFilter against its contract (enforce/kvm_msr_filter.h,
 // section 2): exactly the MSRs the domain's effective policy names exit, and
 // the PMU MSRs while the vPMU is off; everything else stays with KVM; the
 // filter always fits KVM's limits (16 ranges, 0x600 bitmap bytes each) in

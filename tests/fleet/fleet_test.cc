@@ -1,4 +1,4 @@
-// Fleet mode against a real 3-member etcd cluster (issue 19, section 3):
+// Fleet mode against a real 3-member etcd cluster:
 // three fleet-mode pvemud in process (two on the sim Intel profile, one on
 // AMD; classes web and gpu), edited through pvemuctl and etcdctl, with
 // etcd members killed, the whole cluster stopped, and history compacted.

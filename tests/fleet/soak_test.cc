@@ -1,4 +1,4 @@
-// Fleet mode's soak (issue 19, section 3): many edits with random etcd
+// Fleet mode's soak: many edits with random etcd
 // member kills and pvemud restarts in between, against a real 3-member etcd
 // cluster and three fleet-mode pvemud in process (h1 web Intel, h2 web+gpu
 // Intel, h3 gpu AMD).

@@ -1,4 +1,4 @@
-// Live edits from pvemud reach a running guest (issue 18 sections 3 and 5):
+// Live edits from pvemud reach a running guest:
 // pvemu-vm subscribes to a real pvemud (build/server/pvemud), the guest
 // (tests/kvm/guests/live_read_loop.S) reads an MSR in a loop and prints it,
 // and the tests edit that MSR's rule with pvemuctl, timing the guest's
@@ -37,7 +37,7 @@ constexpr uint32_t kStopMsr = 0x12345671;
 constexpr uint32_t kLimitMsr = 0x12345672;
 constexpr uint64_t kFirstValue = 0xa0;
 
-// The edit-to-guest bound of issue 18 section 3 ("Latency"). Inside
+// The edit-to-guest bound (docs/performance.md, "KVM data plane"). Inside
 // run-in-kvm-vm.sh's QEMU guest (run-kvm-suite.sh sets PVEMU_KVM_NESTED_TCG)
 // every instruction of pvemud, pvemu-vm and this test is emulated in
 // software, tens of times slower (pvemuctl alone takes 1-3 s to start), so

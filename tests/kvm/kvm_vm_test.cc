@@ -1,4 +1,4 @@
-// The kvm suite (issue 18 section 5): our own guests (tests/kvm/guests/*.S)
+// The kvm suite: our own guests (tests/kvm/guests/*.S)
 // run under the reference runner pvemu-vm with test policies
 // (tests/kvm/policies/). Each test checks what the guest itself saw, as it
 // printed it on the console, and the runner's JSON summary (`-o json`, the
@@ -41,7 +41,7 @@ using ::testing::MatchesRegex;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-// The summary's keys (issue 18 section 4, "Statistics").
+// The summary's keys (docs/CLI.md, pvemu-vm's "Statistics").
 constexpr const char* kExits = "exits";
 constexpr const char* kOutcomes = "outcomes";
 constexpr const char* kCompleted = "completed";

@@ -55,7 +55,7 @@ TEST(Shipped, ANameIsNotShadowedByADirectoryOfThatName) {
   EXPECT_EQ(loaded->source.source(), "kvm.textproto");
 }
 
-// --- The `kvm` preset (issue 18): what it names, and what it leaves to KVM.
+// --- The `kvm` preset: what it names, and what it leaves to KVM.
 
 constexpr v1::Vendor kVendors[] = {v1::INTEL, v1::AMD, v1::HYGON, v1::CENTAUR, v1::ZHAOXIN};
 

@@ -288,7 +288,7 @@ TEST(Store, ReadOnlyStateDir) {
   EXPECT_THAT(ReadAll(dir.path() + "/policy.textproto"), StartsWith("# pvemu state: generation=2"));
 }
 
-// Issue 17: an edit may be acknowledged only once its rename is durable. A
+// An edit may be acknowledged only once its rename is durable. A
 // failed directory fsync used to be ignored.
 TEST(Store, FailedDirectoryFsyncFailsTheEditAndKeepsTheOldPolicy) {
   testutil::TempDir dir;
@@ -314,7 +314,7 @@ TEST(Store, FailedDirectoryFsyncFailsTheEditAndKeepsTheOldPolicy) {
   EXPECT_EQ(store->generation(), 4u);
 }
 
-// Issue 17: the restore after a failed compile used to rotate the failed
+// The restore after a failed compile used to rotate the failed
 // candidate into .prev.
 TEST(Store, FailedCompileLeavesTheStateFileAndItsPreviousAsTheyWere) {
   testutil::TempDir dir;

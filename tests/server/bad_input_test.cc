@@ -1,5 +1,5 @@
 // Every RPC of the real pvemud with empty, oversized, out-of-range and
-// contradictory fields (issue 8): each gets its specific status code and a
+// contradictory fields: each gets its specific status code and a
 // message naming the field or value, and leaves the policy, its state file,
 // the edit count and the emulated registers exactly as they were.
 #include <chrono>

@@ -1,4 +1,4 @@
-// Issue 20 §3: with counting on, pvemud logs the first access of each
+// With counting on, pvemud logs the first access of each
 // (domain, MSR, access) a GP rule or the unknown-MSR mode decided, once,
 // with the action, the rule and the guest RIP; repeats are only counted.
 #include <fcntl.h>
