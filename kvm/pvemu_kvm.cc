@@ -66,6 +66,79 @@ int Guard(const char* function, Body body) noexcept {
 
 const char* OrEmpty(const char* s) { return s == nullptr ? "" : s; }
 
+// No version of a struct of the ABI is larger: a caller's `size` above it
+// was never set (pvemu_kvm.h, "How the ABI grows").
+constexpr uint32_t kMaxStructSize = 4096;
+
+// A struct the caller fills, from a newer header: the `size - known` bytes
+// past the fields this library knows must be 0 (a field it does not know,
+// set, asks for what it cannot do). Returns 0 or -E2BIG.
+int CheckUnknownFieldsZero(const char* function, const char* name, const void* s, uint32_t size,
+                           size_t known) {
+  const auto* bytes = static_cast<const unsigned char*>(s);
+  for (size_t i = known; i < size; ++i) {
+    if (bytes[i] == 0) continue;
+    return Fail(E2BIG, std::string(function) + ": struct " + name + " sets byte " +
+                           std::to_string(i) + ", past the " + std::to_string(known) +
+                           " bytes this libpvemu-kvm knows (the caller's header has " +
+                           std::to_string(size) +
+                           "): leave the newer fields 0, or use a newer libpvemu-kvm");
+  }
+  return 0;
+}
+
+// The fields of struct pvemu_kvm_stats in order, as WriteStats copies them.
+struct Field {
+  size_t offset;
+  size_t size;
+};
+#define PVEMU_STATS_FIELD(name) \
+  Field { offsetof(pvemu_kvm_stats, name), sizeof(pvemu_kvm_stats::name) }
+constexpr Field kStatsFields[] = {
+    PVEMU_STATS_FIELD(size),       PVEMU_STATS_FIELD(reserved),   PVEMU_STATS_FIELD(rdmsr),
+    PVEMU_STATS_FIELD(wrmsr),      PVEMU_STATS_FIELD(io),         PVEMU_STATS_FIELD(completed),
+    PVEMU_STATS_FIELD(exceptions), PVEMU_STATS_FIELD(device),     PVEMU_STATS_FIELD(pvemu_ns),
+};
+#undef PVEMU_STATS_FIELD
+// The header the library never writes: `size` and `reserved`.
+constexpr size_t kStatsHeaderBytes = offsetof(pvemu_kvm_stats, rdmsr);
+
+// The table lists every field, back to back: a field appended to the struct
+// and not here fails the build.
+constexpr bool StatsFieldsCoverTheStruct() {
+  size_t end = 0;
+  for (const Field& f : kStatsFields) {
+    if (f.offset != end) return false;
+    end = f.offset + f.size;
+  }
+  return end == sizeof(pvemu_kvm_stats);
+}
+static_assert(StatsFieldsCoverTheStruct());
+
+// Writes `counts` into the caller's struct at `out`, as large as out->size
+// says (pvemu_kvm.h, "How the ABI grows"): each count that lies wholly
+// within that size and this library's struct, nothing at or past out->size,
+// never the header. `out` may point to an older header's smaller struct, so
+// it is reached as bytes only. Returns the bytes accounted for, or -EINVAL.
+int WriteStats(const char* function, const pvemu_kvm_stats& counts, pvemu_kvm_stats* out) {
+  if (out == nullptr) return Fail(EINVAL, std::string(function) + ": out must not be NULL");
+  uint32_t size = 0;
+  std::memcpy(&size, out, sizeof size);  // the one field every version has
+  if (size < sizeof size || size > kMaxStructSize) {
+    return Fail(EINVAL, std::string(function) + ": out->size is " + std::to_string(size) +
+                            "; set it to sizeof(struct pvemu_kvm_stats)");
+  }
+  auto* to = reinterpret_cast<unsigned char*>(out);
+  const auto* from = reinterpret_cast<const unsigned char*>(&counts);
+  size_t end = 0;
+  for (const Field& f : kStatsFields) {
+    if (f.offset + f.size > size) break;
+    if (f.offset >= kStatsHeaderBytes) std::memcpy(to + f.offset, from + f.offset, f.size);
+    end = f.offset + f.size;
+  }
+  return static_cast<int>(end);
+}
+
 }  // namespace
 
 extern "C" {
@@ -76,12 +149,19 @@ int pvemu_kvm_open(const struct pvemu_kvm_options* options, pvemu_kvm** out) {
       return Fail(EINVAL, "pvemu_kvm_open: options and out must not be NULL");
     }
     *out = nullptr;
-    // Accept the struct as small as its first version; a larger one from a
-    // newer header is fine as long as we read only what we know.
+    // The struct as small as its first version, or larger from a newer
+    // header whose fields past ours are 0 (pvemu_kvm.h, "How the ABI
+    // grows"). A field appended later is read only when options->size
+    // holds it, and counts as 0 otherwise.
     constexpr uint32_t kFirstSize = offsetof(pvemu_kvm_options, host_profile) + sizeof(char*);
-    if (options->size < kFirstSize) {
+    if (options->size < kFirstSize || options->size > kMaxStructSize) {
       return Fail(EINVAL, "pvemu_kvm_open: options->size is " + std::to_string(options->size) +
                               "; set it to sizeof(struct pvemu_kvm_options)");
+    }
+    if (const int rc = CheckUnknownFieldsZero("pvemu_kvm_open", "pvemu_kvm_options", options,
+                                              options->size, sizeof(pvemu_kvm_options));
+        rc < 0) {
+      return rc;
     }
     pvemu::kvm::DataPlaneOptions o;
     o.domain = options->domain;
@@ -156,16 +236,18 @@ int pvemu_kvm_handle_exit(pvemu_kvm_vcpu* vcpu, struct kvm_run* run) {
   return result;
 }
 
-void pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu* vcpu, struct pvemu_kvm_stats* out) {
-  if (out == nullptr) return;
-  *out = pvemu_kvm_stats{};
-  if (vcpu != nullptr) *out = vcpu->vcpu->stats();
+int pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu* vcpu, struct pvemu_kvm_stats* out) {
+  return Guard("pvemu_kvm_vcpu_stats", [&]() -> int {
+    const pvemu_kvm_stats counts = vcpu == nullptr ? pvemu_kvm_stats{} : vcpu->vcpu->stats();
+    return WriteStats("pvemu_kvm_vcpu_stats", counts, out);
+  });
 }
 
-void pvemu_kvm_totals(const pvemu_kvm* kvm, struct pvemu_kvm_stats* out) {
-  if (out == nullptr) return;
-  *out = pvemu_kvm_stats{};
-  if (kvm != nullptr) *out = kvm->plane->totals().stats;
+int pvemu_kvm_totals(const pvemu_kvm* kvm, struct pvemu_kvm_stats* out) {
+  return Guard("pvemu_kvm_totals", [&]() -> int {
+    const pvemu_kvm_stats counts = kvm == nullptr ? pvemu_kvm_stats{} : kvm->plane->totals().stats;
+    return WriteStats("pvemu_kvm_totals", counts, out);
+  });
 }
 
 uint64_t pvemu_kvm_generation(const pvemu_kvm* kvm) {
@@ -177,7 +259,7 @@ int pvemu_kvm_filter_text(const pvemu_kvm* kvm, char* buf, size_t len) {
     if (kvm == nullptr || (buf == nullptr && len != 0)) {
       return Fail(EINVAL, "pvemu_kvm_filter_text: needs a handle, and a buffer when len > 0");
     }
-    const std::string text = pvemu::kvm::FilterToText(kvm->plane->filter());
+    const std::string text = pvemu::enforce::FilterToText(kvm->plane->filter());
     if (len > 0) {
       const size_t n = std::min(len - 1, text.size());
       std::memcpy(buf, text.data(), n);

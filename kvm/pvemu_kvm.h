@@ -26,6 +26,39 @@
  * pvemu_kvm_vcpu is used by one thread at a time (its vCPU's). On the exit
  * path pvemu_kvm_handle_exit allocates nothing, takes no lock and never
  * waits on the network.
+ *
+ * How the ABI grows. Every struct that crosses it starts with
+ * `uint32_t size`, which the caller sets to sizeof the struct as the
+ * caller's header declares it; zero-initialise the rest before filling it.
+ *   - Fields are only appended: never removed, reordered, retyped or
+ *     resized, and `size` stays first. An appended field's zero means what
+ *     the library did before the field existed, so an older caller (which
+ *     leaves it out) and a newer caller that leaves it 0 get the same.
+ *   - A struct the caller fills (pvemu_kvm_options). A smaller size, from
+ *     an older caller: the fields past it count as 0. A larger size, from a
+ *     newer caller: the library reads the fields it knows, and the bytes
+ *     past them must be 0 (a field it does not know, set, asks for what it
+ *     cannot do): otherwise -E2BIG, the message naming the offset.
+ *   - A struct the library fills (pvemu_kvm_stats). It writes the fields it
+ *     knows that lie wholly within `size`, and not one byte past `size`;
+ *     it never writes the header (`size` and what pads it). It returns how
+ *     many leading bytes of the struct it accounts for: the end of the last
+ *     field it wrote, or of the header. A smaller size, from an older
+ *     caller: only that caller's fields are written. A larger size, from a
+ *     newer caller: the fields this library does not know are left as the
+ *     caller set them (0 when zero-initialised); the result says so.
+ *   - A size smaller than the `size` field itself is -EINVAL, and so is a
+ *     size above 4096 (no version of a struct is that large: the caller
+ *     did not set it); pvemu_kvm_options has a larger minimum (below).
+ *   - Functions are only added.
+ *
+ * The soname (libpvemu-kvm.so.N) and the symbol version node
+ * (PVEMU_KVM_<N>, pvemu_kvm.map) change N exactly when a program built
+ * against the older header could break: a function removed or its
+ * parameters or result changed, a field removed, reordered, retyped or
+ * resized (inserting a field before others reorders them), an enum value's
+ * meaning changed, or a new value returned to callers that did not ask for
+ * it. Appending fields (behind `size`) and adding functions keep N.
  */
 #ifndef PVEMU_KVM_H_
 #define PVEMU_KVM_H_
@@ -44,9 +77,11 @@ typedef struct pvemu_kvm pvemu_kvm;
 /* One vCPU of it (opaque). */
 typedef struct pvemu_kvm_vcpu pvemu_kvm_vcpu;
 
-/* What pvemu_kvm_open needs. Zero-initialise, set `size`, fill the rest. */
+/* What pvemu_kvm_open needs. Zero-initialise, set `size`, fill the rest.
+ * It grows as "How the ABI grows" says (above). */
 struct pvemu_kvm_options {
-  /* sizeof(struct pvemu_kvm_options): lets the struct grow compatibly. */
+  /* sizeof(struct pvemu_kvm_options) as the caller's header declares it;
+   * at least the first version's, which ends after host_profile. */
   uint32_t size;
   /* The domain (VM) number the policy's domain layers and counts use. */
   uint32_t domain;
@@ -72,7 +107,10 @@ struct pvemu_kvm_options {
  * is returned. Fails with -EINVAL for bad options or a policy that is invalid
  * or that KVM's MSR filter cannot express (the message names the rules),
  * -ENOENT for a missing policy file, -ECONNREFUSED or -ETIMEDOUT when the
- * daemon is not reachable in time, -ENOMEM.
+ * daemon is not reachable in time, -ENOMEM. -EINVAL too for an
+ * options->size below the first version's or above 4096, and -E2BIG for a
+ * larger struct from a newer header that sets a field this library does
+ * not know (the message names its offset).
  */
 int pvemu_kvm_open(const struct pvemu_kvm_options *options, pvemu_kvm **out);
 
@@ -128,8 +166,16 @@ enum pvemu_kvm_exit_result {
  */
 int pvemu_kvm_handle_exit(pvemu_kvm_vcpu *vcpu, struct kvm_run *run);
 
-/* Counts of the exits one vCPU handed to pvemu_kvm_handle_exit. */
+/* Counts of the exits one vCPU handed to pvemu_kvm_handle_exit.
+ * Zero-initialise, set `size`; the library fills the counts. It grows as
+ * "How the ABI grows" says (above): counts are only appended. */
 struct pvemu_kvm_stats {
+  /* sizeof(struct pvemu_kvm_stats) as the caller's header declares it: the
+   * library writes no byte at or past `size` bytes from the struct's start.
+   * The library reads it and never writes it. */
+  uint32_t size;
+  uint32_t reserved;    /* 0: the counts start 8-byte aligned; the library
+                         * neither reads nor writes it */
   uint64_t rdmsr;       /* KVM_EXIT_X86_RDMSR */
   uint64_t wrmsr;       /* KVM_EXIT_X86_WRMSR */
   uint64_t io;          /* KVM_EXIT_IO */
@@ -141,12 +187,26 @@ struct pvemu_kvm_stats {
                          * so judge the cost per exit over many exits */
 };
 
-/* Copies vCPU `vcpu`'s counts (lock-free; from its own thread). */
-void pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu *vcpu, struct pvemu_kvm_stats *out);
+/*
+ * Copies vCPU `vcpu`'s counts into *out (lock-free; from its own thread):
+ * each count this library keeps that lies wholly within out->size bytes;
+ * nothing at or past out->size, and never `size` or `reserved`. Returns the
+ * number of leading bytes of *out it accounts for: the end of the last
+ * field it wrote, or of the last header field that fits (4 or 8) when no
+ * count fits. A count that ends past the result was not written: it holds
+ * what the caller put there. Reading it back:
+ *     struct pvemu_kvm_stats s = {.size = sizeof s};
+ *     int n = pvemu_kvm_vcpu_stats(vcpu, &s);   (n < 0: an error)
+ *     if (n >= (int)(offsetof(struct pvemu_kvm_stats, device) + 8)) ... s.device
+ * -EINVAL when out is NULL, or out->size is below sizeof(uint32_t) or above
+ * 4096; *out is then left as it was. A NULL vcpu has zero counts.
+ */
+int pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu *vcpu, struct pvemu_kvm_stats *out);
 
 /* The sum over every vCPU of the handle, open or closed (lock-free for the
- * vCPUs; takes a short lock that no exit takes). */
-void pvemu_kvm_totals(const pvemu_kvm *kvm, struct pvemu_kvm_stats *out);
+ * vCPUs; takes a short lock that no exit takes), written and returned as
+ * pvemu_kvm_vcpu_stats does. A NULL kvm has zero counts. */
+int pvemu_kvm_totals(const pvemu_kvm *kvm, struct pvemu_kvm_stats *out);
 
 /* The policy generation in force (the daemon's, when subscribed). */
 uint64_t pvemu_kvm_generation(const pvemu_kvm *kvm);

@@ -1,4 +1,5 @@
-// pvemu-vm's device model: the ports of issue 18, section 4, and nothing else.
+// pvemu-vm's device model: the ports its contract lists (docs/CLI.md,
+// "pvemu-vm": Devices), and nothing else.
 //
 //   0x3f8  OUT of a byte writes it to stdout, unbuffered
 //   0x3fd  IN of a byte reads 0x60 (transmitter empty)

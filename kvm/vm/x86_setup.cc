@@ -93,15 +93,11 @@ void WriteSystemTables(uint8_t* ram) {
   }
 }
 
-bool SetEntryState(int vcpu_fd, uint32_t index, uint32_t nvcpus, uint64_t ram_bytes,
-                   std::string* error) {
-  kvm_sregs sregs{};
-  // Start from KVM's reset state: it keeps the APIC base and the rest we
-  // do not set.
-  if (ioctl(vcpu_fd, KVM_GET_SREGS, &sregs) < 0) {
-    *error = IoctlError("KVM_GET_SREGS", index);
-    return false;
-  }
+namespace {
+
+// The segments, descriptor tables and control registers of 64-bit long mode
+// at CPL0 with our GDT and page tables, over KVM's reset state.
+void SetLongMode(kvm_sregs& sregs) {
   sregs.cs = FlatSegment(kCodeSelector, true);
   sregs.ds = sregs.es = sregs.ss = sregs.fs = sregs.gs = FlatSegment(kDataSelector, false);
 
@@ -127,6 +123,20 @@ bool SetEntryState(int vcpu_fd, uint32_t index, uint32_t nvcpus, uint64_t ram_by
   sregs.cr3 = kPml4Addr;
   sregs.cr4 = kCr4Pae;
   sregs.efer = kEferLme | kEferLma;
+}
+
+}  // namespace
+
+bool SetEntryState(int vcpu_fd, uint32_t index, uint32_t nvcpus, uint64_t ram_bytes,
+                   std::string* error) {
+  kvm_sregs sregs{};
+  // Start from KVM's reset state: it keeps the APIC base and the rest we
+  // do not set.
+  if (ioctl(vcpu_fd, KVM_GET_SREGS, &sregs) < 0) {
+    *error = IoctlError("KVM_GET_SREGS", index);
+    return false;
+  }
+  SetLongMode(sregs);
   if (ioctl(vcpu_fd, KVM_SET_SREGS, &sregs) < 0) {
     *error = IoctlError("KVM_SET_SREGS (long mode)", index);
     return false;

@@ -1,5 +1,8 @@
-// The guest's memory layout and each vCPU's entry state: the contract of
-// issue 18, section 4, which tests outside this repository rely on.
+// The guest's memory layout and each vCPU's entry state. The entry state,
+// the image at 0x100000, RAM from guest-physical 0 and the system tables
+// below 0x100000 are pvemu-vm's contract (docs/CLI.md, "pvemu-vm": IMAGE,
+// Entry state), which tests outside this repository rely on; the tables'
+// addresses below are this runner's choice within it.
 //
 //   0x000000-0x000fff  unused
 //   0x001000           GDT: 0x08 64-bit code, 0x10 flat data, 0x18 a TSS

@@ -171,7 +171,8 @@ void BM_KvmMsrExit_PvemuVsConst(benchmark::State& state) {
   const double pvemu = (ns[0] + ns[2]) / 2, constant = (ns[1] + ns[3]) / 2;
   // pvemu's own time per exit, timed inside the handler (TSC), against the
   // whole round trip: the share that does not drown in the round trip's noise.
-  pvemu_kvm_stats stats;
+  pvemu_kvm_stats stats{};
+  stats.size = sizeof stats;
   pvemu_kvm_vcpu_stats(loop.vcpu(), &stats);
   const double decide = stats.rdmsr == 0 ? 0 : static_cast<double>(stats.pvemu_ns) / stats.rdmsr;
   state.counters["decide_ns"] = decide;
@@ -235,7 +236,8 @@ void BM_KvmMsrInKernel(benchmark::State& state) {
     }
     pvemu_kvm_handle_exit(loop.vcpu(), loop.run());
   }
-  pvemu_kvm_stats stats;
+  pvemu_kvm_stats stats{};
+  stats.size = sizeof stats;
   pvemu_kvm_vcpu_stats(loop.vcpu(), &stats);
   state.counters["user_msr_exits"] = static_cast<double>(stats.rdmsr + stats.wrmsr);
   state.SetItemsProcessed(state.iterations() * kRdmsrsPerRun);

@@ -163,10 +163,10 @@ TEST_F(InstallTest, InstalledPvemudAnswersStats) {
 // A VMM loads libpvemu-kvm on a host without Xen's libraries: the installed
 // library needs none (only pvemud links the xen backend).
 TEST_F(InstallTest, InstalledLibpvemuKvmNeedsNoXenLibrary) {
-  const std::string lib = Installed("PVEMU_INSTALL_LIBDIR", "libpvemu-kvm.so.0");
+  const std::string lib = Installed("PVEMU_INSTALL_LIBDIR", "libpvemu-kvm.so.1");
   CommandRun needed = RunCommand("readelf -d " + lib);
   ASSERT_EQ(needed.status, 0) << needed.output;
-  EXPECT_THAT(needed.output, HasSubstr("Library soname: [libpvemu-kvm.so.0]"));
+  EXPECT_THAT(needed.output, HasSubstr("Library soname: [libpvemu-kvm.so.1]"));
   EXPECT_THAT(needed.output, HasSubstr("libgrpc++"));  // it does read the output
   EXPECT_THAT(needed.output, Not(HasSubstr("libxen")));
 }
