@@ -167,24 +167,9 @@ absl::Status Explain() {
   return absl::OkStatus();
 }
 
-absl::Status Emulate() {
-  std::string bytes_flag = absl::GetFlag(FLAGS_bytes);
-  std::string domain_flag = absl::GetFlag(FLAGS_domain);
-  if (bytes_flag.empty() || domain_flag.empty()) {
-    return absl::InvalidArgumentError("emulate needs --domain=N and --bytes=HEX");
-  }
-  v1::Trap msg;
-  ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(domain_flag, "--domain"));
-  msg.set_domain(domain);
-  ASSIGN_OR_RETURN(uint32_t vcpu, ParseNumber32(absl::GetFlag(FLAGS_vcpu), "--vcpu"));
-  msg.set_vcpu(vcpu);
-  ASSIGN_OR_RETURN(uint32_t cpl, ParseNumber32(absl::GetFlag(FLAGS_cpl), "--cpl"));
-  msg.set_cpl(cpl);
-  ASSIGN_OR_RETURN(emulator::Mode mode, ParseModeFlag());
-  msg.set_mode(emulator::ModeToProto(mode));
-  ASSIGN_OR_RETURN(std::string bytes, ParseHexBytes(bytes_flag));
-  msg.set_insn(bytes);
-  v1::Registers* regs = msg.mutable_regs();
+// The registers the trap starts with, from --rax ... --rflags: a table, so
+// that each flag is parsed, and named in its error, the same way.
+absl::Status FillRegsFromFlags(v1::Registers* regs) {
   struct RegFlag {
     const absl::Flag<std::string>* flag;
     void (v1::Registers::*set)(uint64_t);
@@ -211,10 +196,40 @@ absl::Status Emulate() {
     if (!v.ok()) return v.status();
     (regs->*r.set)(*v);
   }
+  return absl::OkStatus();
+}
+
+// The trap emulate runs, from its flags: where it happened (--domain,
+// --vcpu, --cpl, --mode), what trapped (--bytes), the registers and
+// --host-tsc. Built as the v1 message and converted as the daemon converts
+// an Emulate request, so that both check a trap the same way.
+absl::StatusOr<emulator::Trap> TrapFromFlags() {
+  std::string bytes_flag = absl::GetFlag(FLAGS_bytes);
+  std::string domain_flag = absl::GetFlag(FLAGS_domain);
+  if (bytes_flag.empty() || domain_flag.empty()) {
+    return absl::InvalidArgumentError("emulate needs --domain=N and --bytes=HEX");
+  }
+  v1::Trap msg;
+  ASSIGN_OR_RETURN(uint32_t domain, ParseNumber32(domain_flag, "--domain"));
+  msg.set_domain(domain);
+  ASSIGN_OR_RETURN(uint32_t vcpu, ParseNumber32(absl::GetFlag(FLAGS_vcpu), "--vcpu"));
+  msg.set_vcpu(vcpu);
+  ASSIGN_OR_RETURN(uint32_t cpl, ParseNumber32(absl::GetFlag(FLAGS_cpl), "--cpl"));
+  msg.set_cpl(cpl);
+  ASSIGN_OR_RETURN(emulator::Mode mode, ParseModeFlag());
+  msg.set_mode(emulator::ModeToProto(mode));
+  ASSIGN_OR_RETURN(std::string bytes, ParseHexBytes(bytes_flag));
+  msg.set_insn(bytes);
+  RETURN_IF_ERROR(FillRegsFromFlags(msg.mutable_regs()));
   ASSIGN_OR_RETURN(uint64_t tsc, ParseNumber(absl::GetFlag(FLAGS_host_tsc), "--host-tsc"));
   msg.set_host_tsc(tsc);
-  ASSIGN_OR_RETURN(emulator::Trap trap, emulator::TrapFromProto(msg));
+  return emulator::TrapFromProto(msg);
+}
 
+// Handles `trap` on the offline dispatcher (the policy and host the flags
+// name) and fills the outcome as the daemon fills its Emulate answer, so
+// that the two say the same of one trap.
+absl::StatusOr<v1::Outcome> HandleOffline(const emulator::Trap& trap) {
   ASSIGN_OR_RETURN(Offline offline, OfflineFromFlags());
   auto session = offline.dispatcher->NewSession();
   emulator::Instruction insn;
@@ -222,47 +237,65 @@ absl::Status Emulate() {
   emulator::Outcome outcome = session->Handle(trap, &insn, &error);
   v1::Outcome out;
   dispatch::FillOutcome(trap, outcome, insn, error, session->generation(), &out);
+  return out;
+}
 
-  if (JsonOutput()) {
-    JsonLine line;
-    line.Str("outcome", v1::Outcome::Kind_Name(out.kind()));
-    if (out.has_instruction()) {
-      line.Str("mnemonic", out.instruction().mnemonic());
-    } else {
-      line.Null("mnemonic");
-    }
-    if (out.kind() == v1::Outcome::EXCEPTION) {
-      JsonLine exc;
-      exc.Str("vector", v1::Vector_Name(out.exception().vector()));
-      if (out.exception().has_error_code()) {
-        exc.Num("error_code", out.exception().error_code());
-      } else {
-        exc.Null("error_code");
-      }
-      line.Obj("exception", exc);
-    } else {
-      line.Null("exception");
-    }
-    JsonLine r;
-    const v1::Registers& o = out.regs();
-    r.Hex("rax", o.rax()).Hex("rbx", o.rbx()).Hex("rcx", o.rcx()).Hex("rdx", o.rdx());
-    r.Hex("rsi", o.rsi()).Hex("rdi", o.rdi()).Hex("rip", o.rip()).Hex("rflags", o.rflags());
-    line.Obj("regs", r);
-    line.Bool("write_dropped", out.write_dropped());
-    if (out.has_instruction() && (out.instruction().mnemonic() == "in" ||
-                                  out.instruction().mnemonic() == "out")) {
-      // Which io_port case applied: outside the ranges (all ones / dropped),
-      // or granted (a host device, or DEVICE_IO for the device model).
-      line.Bool("port_denied", out.port_denied());
-    }
-    line.Str("detail", out.detail());
-    line.Print();
+// -o json: the outcome as one JSON line, every key present (null when it does
+// not apply), for scripts.
+void PrintOutcomeJson(const v1::Outcome& out) {
+  JsonLine line;
+  line.Str("outcome", v1::Outcome::Kind_Name(out.kind()));
+  if (out.has_instruction()) {
+    line.Str("mnemonic", out.instruction().mnemonic());
   } else {
-    const v1::Registers& o = out.regs();
-    std::printf("%s\n  %s\n  rax=%s rcx=%s rdx=%s rip=%s\n",
-                v1::Outcome::Kind_Name(out.kind()).c_str(), out.detail().c_str(),
-                HexString(o.rax()).c_str(), HexString(o.rcx()).c_str(),
-                HexString(o.rdx()).c_str(), HexString(o.rip()).c_str());
+    line.Null("mnemonic");
+  }
+  if (out.kind() == v1::Outcome::EXCEPTION) {
+    JsonLine exc;
+    exc.Str("vector", v1::Vector_Name(out.exception().vector()));
+    if (out.exception().has_error_code()) {
+      exc.Num("error_code", out.exception().error_code());
+    } else {
+      exc.Null("error_code");
+    }
+    line.Obj("exception", exc);
+  } else {
+    line.Null("exception");
+  }
+  JsonLine r;
+  const v1::Registers& o = out.regs();
+  r.Hex("rax", o.rax()).Hex("rbx", o.rbx()).Hex("rcx", o.rcx()).Hex("rdx", o.rdx());
+  r.Hex("rsi", o.rsi()).Hex("rdi", o.rdi()).Hex("rip", o.rip()).Hex("rflags", o.rflags());
+  line.Obj("regs", r);
+  line.Bool("write_dropped", out.write_dropped());
+  if (out.has_instruction() && (out.instruction().mnemonic() == "in" ||
+                                out.instruction().mnemonic() == "out")) {
+    // Which io_port case applied: outside the ranges (all ones / dropped),
+    // or granted (a host device, or DEVICE_IO for the device model).
+    line.Bool("port_denied", out.port_denied());
+  }
+  line.Str("detail", out.detail());
+  line.Print();
+}
+
+// The outcome for a reader: its kind, the detail, and rax, rcx, rdx and rip
+// after it.
+void PrintOutcomeText(const v1::Outcome& out) {
+  const v1::Registers& o = out.regs();
+  std::printf("%s\n  %s\n  rax=%s rcx=%s rdx=%s rip=%s\n",
+              v1::Outcome::Kind_Name(out.kind()).c_str(), out.detail().c_str(),
+              HexString(o.rax()).c_str(), HexString(o.rcx()).c_str(),
+              HexString(o.rdx()).c_str(), HexString(o.rip()).c_str());
+}
+
+// emulate: one trap from the flags, handled offline, its outcome printed.
+absl::Status Emulate() {
+  ASSIGN_OR_RETURN(emulator::Trap trap, TrapFromFlags());
+  ASSIGN_OR_RETURN(v1::Outcome out, HandleOffline(trap));
+  if (JsonOutput()) {
+    PrintOutcomeJson(out);
+  } else {
+    PrintOutcomeText(out);
   }
   return absl::OkStatus();
 }

@@ -368,96 +368,124 @@ void PrintMsrStats(const v1::StatsResponse& response) {
   }
 }
 
-int RunStats(const Args& args) {
-  if (!args.empty()) return UsageError("stats takes no arguments");
+namespace {
+
+// The request stats sends, from --msrs and --domain; an error here is a
+// usage error (--domain without --msrs, or not a domain id).
+absl::StatusOr<v1::StatsRequest> StatsRequestFromFlags() {
   v1::StatsRequest request;
   request.set_msrs(absl::GetFlag(FLAGS_msrs));
   if (std::string domain = absl::GetFlag(FLAGS_domain); !domain.empty()) {
-    if (!request.msrs()) return UsageError("stats: --domain goes with --msrs");
-    absl::StatusOr<uint32_t> id = ParseNumber32(domain, "--domain");
-    if (!id.ok()) return UsageError(id.status().message());
-    request.set_domain(*id);
+    if (!request.msrs()) {
+      return absl::InvalidArgumentError("stats: --domain goes with --msrs");
+    }
+    ASSIGN_OR_RETURN(uint32_t id, ParseNumber32(domain, "--domain"));
+    request.set_domain(id);
   }
-  auto channel = Connect();
-  if (!channel.ok()) return Fail(channel.status());
-  auto stub = v1::EmulatorService::NewStub(*channel);
+  return request;
+}
+
+// The GetStats RPC: the daemon's counters (per MSR for --msrs).
+absl::StatusOr<v1::StatsResponse> FetchStats(const v1::StatsRequest& request) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
+  auto stub = v1::EmulatorService::NewStub(channel);
   grpc::ClientContext context;
   SetDeadline(&context);
   v1::StatsResponse response;
-  absl::Status status = FromGrpc(stub->GetStats(&context, request, &response));
-  if (!status.ok()) return Fail(status);
-  if (request.msrs()) {
-    PrintMsrStats(response);
-    return kExitOk;
-  }
-  const bool fleet = response.has_fleet();
-  const v1::FleetSelf& f = response.fleet();
-  if (JsonOutput()) {
-    JsonLine line;
-    line.Num("traps", static_cast<double>(response.traps()))
-        .Num("completed", static_cast<double>(response.completed()))
-        .Num("exceptions", static_cast<double>(response.exceptions()))
-        .Num("unhandled", static_cast<double>(response.unhandled()))
-        .Num("device_io", static_cast<double>(response.device_io()))
-        .Num("decode_errors", static_cast<double>(response.decode_errors()))
-        .Num("generation", static_cast<double>(response.generation()))
-        .Num("edits", static_cast<double>(response.edits()))
-        .Num("uptime_seconds", response.uptime_seconds())
-        .Str("host", response.host())
-        .Str("host_vendor", x86::VendorWord(policy::FromProto(response.host_vendor())));
-    if (fleet) {
-      JsonLine j;
-      j.Str("id", f.id())
-          .StrList("classes", {f.classes().begin(), f.classes().end()})
-          .Str("endpoints", f.endpoints())
-          .Num("applied_revision", static_cast<double>(f.applied_revision()))
-          .Bool("stale", !f.stale_since().empty());
-      if (f.stale_since().empty()) {
-        j.Null("stale_since");
-      } else {
-        j.Str("stale_since", f.stale_since());
-      }
-      if (f.has_last_error()) {
-        j.Obj("last_error", JsonLine()
-                                .Str("key", f.last_error().key())
-                                .Num("line", f.last_error().line())
-                                .Str("message", f.last_error().message()));
-      } else {
-        j.Null("last_error");
-      }
-      line.Obj("fleet", j);
-    }
-    line.Print();
+  RETURN_IF_ERROR(FromGrpc(stub->GetStats(&context, request, &response)));
+  return response;
+}
+
+// -o json, fleet mode: the "fleet" object, every key present (null when it
+// does not apply), so that scripts can test staleness and the last error.
+JsonLine FleetJson(const v1::FleetSelf& f) {
+  JsonLine j;
+  j.Str("id", f.id())
+      .StrList("classes", {f.classes().begin(), f.classes().end()})
+      .Str("endpoints", f.endpoints())
+      .Num("applied_revision", static_cast<double>(f.applied_revision()))
+      .Bool("stale", !f.stale_since().empty());
+  if (f.stale_since().empty()) {
+    j.Null("stale_since");
   } else {
-    std::printf(
-        "host        %s\nuptime      %.0f s\ngeneration  %llu (%llu edits)\n"
-        "traps       %llu: %llu completed, %llu exceptions, %llu unhandled, "
-        "%llu to the device model, %llu decode errors\n",
-        response.host().c_str(), response.uptime_seconds(),
-        static_cast<unsigned long long>(response.generation()),
-        static_cast<unsigned long long>(response.edits()),
-        static_cast<unsigned long long>(response.traps()),
-        static_cast<unsigned long long>(response.completed()),
-        static_cast<unsigned long long>(response.exceptions()),
-        static_cast<unsigned long long>(response.unhandled()),
-        static_cast<unsigned long long>(response.device_io()),
-        static_cast<unsigned long long>(response.decode_errors()));
-    if (fleet) {
-      // Where the policy comes from, and whether it may be behind etcd.
-      std::printf("fleet       %s as host %s, revision %lld%s\n", f.endpoints().c_str(),
-                  f.id().c_str(), static_cast<long long>(f.applied_revision()),
-                  f.stale_since().empty()
-                      ? ""
-                      : absl::StrCat(", STALE since ", f.stale_since(),
-                                     " (etcd unreachable; serving the last good revision)")
-                            .c_str());
-      if (f.has_last_error()) {
-        std::printf("fleet error revision %lld not applied: %s%s: %s\n",
-                    static_cast<long long>(f.last_error().revision()), f.last_error().key().c_str(),
-                    f.last_error().line() > 0 ? absl::StrCat(":", f.last_error().line()).c_str() : "",
-                    f.last_error().message().c_str());
-      }
-    }
+    j.Str("stale_since", f.stale_since());
+  }
+  if (f.has_last_error()) {
+    j.Obj("last_error", JsonLine()
+                            .Str("key", f.last_error().key())
+                            .Num("line", f.last_error().line())
+                            .Str("message", f.last_error().message()));
+  } else {
+    j.Null("last_error");
+  }
+  return j;
+}
+
+// -o json: the daemon's totals as one line, with "fleet" in fleet mode.
+void PrintStatsJson(const v1::StatsResponse& response) {
+  JsonLine line;
+  line.Num("traps", static_cast<double>(response.traps()))
+      .Num("completed", static_cast<double>(response.completed()))
+      .Num("exceptions", static_cast<double>(response.exceptions()))
+      .Num("unhandled", static_cast<double>(response.unhandled()))
+      .Num("device_io", static_cast<double>(response.device_io()))
+      .Num("decode_errors", static_cast<double>(response.decode_errors()))
+      .Num("generation", static_cast<double>(response.generation()))
+      .Num("edits", static_cast<double>(response.edits()))
+      .Num("uptime_seconds", response.uptime_seconds())
+      .Str("host", response.host())
+      .Str("host_vendor", x86::VendorWord(policy::FromProto(response.host_vendor())));
+  if (response.has_fleet()) line.Obj("fleet", FleetJson(response.fleet()));
+  line.Print();
+}
+
+// The daemon's totals for a reader, then in fleet mode where the policy
+// comes from, whether it may be behind etcd, and the last revision refused.
+void PrintStatsText(const v1::StatsResponse& response) {
+  std::printf(
+      "host        %s\nuptime      %.0f s\ngeneration  %llu (%llu edits)\n"
+      "traps       %llu: %llu completed, %llu exceptions, %llu unhandled, "
+      "%llu to the device model, %llu decode errors\n",
+      response.host().c_str(), response.uptime_seconds(),
+      static_cast<unsigned long long>(response.generation()),
+      static_cast<unsigned long long>(response.edits()),
+      static_cast<unsigned long long>(response.traps()),
+      static_cast<unsigned long long>(response.completed()),
+      static_cast<unsigned long long>(response.exceptions()),
+      static_cast<unsigned long long>(response.unhandled()),
+      static_cast<unsigned long long>(response.device_io()),
+      static_cast<unsigned long long>(response.decode_errors()));
+  if (!response.has_fleet()) return;
+  const v1::FleetSelf& f = response.fleet();
+  std::printf("fleet       %s as host %s, revision %lld%s\n", f.endpoints().c_str(),
+              f.id().c_str(), static_cast<long long>(f.applied_revision()),
+              f.stale_since().empty()
+                  ? ""
+                  : absl::StrCat(", STALE since ", f.stale_since(),
+                                 " (etcd unreachable; serving the last good revision)")
+                        .c_str());
+  if (f.has_last_error()) {
+    std::printf("fleet error revision %lld not applied: %s%s: %s\n",
+                static_cast<long long>(f.last_error().revision()), f.last_error().key().c_str(),
+                f.last_error().line() > 0 ? absl::StrCat(":", f.last_error().line()).c_str() : "",
+                f.last_error().message().c_str());
+  }
+}
+
+}  // namespace
+
+int RunStats(const Args& args) {
+  if (!args.empty()) return UsageError("stats takes no arguments");
+  absl::StatusOr<v1::StatsRequest> request = StatsRequestFromFlags();
+  if (!request.ok()) return UsageError(request.status().message());
+  absl::StatusOr<v1::StatsResponse> response = FetchStats(*request);
+  if (!response.ok()) return Fail(response.status());
+  if (request->msrs()) {
+    PrintMsrStats(*response);
+  } else if (JsonOutput()) {
+    PrintStatsJson(*response);
+  } else {
+    PrintStatsText(*response);
   }
   return kExitOk;
 }

@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,11 +11,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 #include "x86/msr_catalog.h"
 #include "server/daemon.h"
 #include "server/systemd.h"
@@ -108,9 +111,21 @@ absl::StatusOr<pvemu::server::PortSpan> ParsePortSpan(absl::string_view text) {
   return pvemu::server::PortSpan{static_cast<uint16_t>(first), static_cast<uint16_t>(last)};
 }
 
-}  // namespace
+// Exit statuses (docs/CLI.md, "Daemon"): a wrong command line (a bad flag
+// value), or a daemon that could not start.
+constexpr int kExitUsage = 2;
+constexpr int kExitStartFailed = 1;
 
-int main(int argc, char** argv) {
+// Every error pvemud reports before it runs: "pvemud: MESSAGE" on stderr,
+// then the exit status `exit_code`.
+int Fail(const absl::Status& status, int exit_code) {
+  std::fprintf(stderr, "pvemud: %s\n", std::string(status.message()).c_str());
+  return exit_code;
+}
+
+// Normalises the flag spellings, then parses the command line (Abseil exits
+// on an unknown flag or --help).
+void ParseFlags(int argc, char** argv) {
   NormaliseFlagNames(argc, argv);
   absl::SetProgramUsageMessage(
       "pvemu privileged-operation emulator daemon.\n"
@@ -120,16 +135,25 @@ int main(int argc, char** argv) {
       "[--fleet=etcd://HOST:PORT[,HOST:PORT...][/PREFIX] [--host-id=ID] [--host-class=NAME,...] "
       "[--fleet-ca=FILE --fleet-cert=FILE --fleet-key=FILE]]");
   absl::ParseCommandLine(argc, argv);
+}
 
-  // Signals are taken synchronously by this thread; every other thread
-  // (gRPC's included) inherits the blocked mask.
+// Blocks SIGTERM and SIGINT, which main then takes synchronously with
+// sigwait: every thread started later (gRPC's included) inherits the blocked
+// mask, so a stop reaches main's sigwait and no other thread. SIGPIPE is
+// ignored: a peer that goes away must not kill the daemon.
+sigset_t BlockStopSignals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return stop_signals;
+}
 
+// The flags that pass to the daemon as they are, and the check that the
+// fleet-only ones come with --fleet.
+absl::StatusOr<pvemu::server::DaemonOptions> OptionsFromFlags() {
   pvemu::server::DaemonOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.host_profile = absl::GetFlag(FLAGS_host_profile);
@@ -155,63 +179,90 @@ int main(int argc, char** argv) {
   if (options.fleet.empty() &&
       (!options.host_id.empty() || !options.host_classes.empty() || !options.fleet_ca.empty() ||
        !options.fleet_cert.empty() || !options.fleet_key.empty())) {
-    std::fprintf(stderr,
-                 "pvemud: --host-id, --host-class and --fleet-ca/--fleet-cert/--fleet-key "
-                 "belong to fleet mode: add --fleet=etcd://HOST:PORT\n");
-    return 2;
+    return absl::InvalidArgumentError(
+        "--host-id, --host-class and --fleet-ca/--fleet-cert/--fleet-key "
+        "belong to fleet mode: add --fleet=etcd://HOST:PORT");
   }
+  return options;
+}
 
-  for (const std::string& d : absl::GetFlag(FLAGS_monitor_domain)) {
+// Parses each item of the list flag `flag` with `parse` and appends it to
+// *out; the first bad item fails, its error prefixed with the flag's name.
+template <typename T, typename Parse>
+absl::Status ParseListFlag(absl::string_view flag, const std::vector<std::string>& items,
+                           Parse parse, std::vector<T>* out) {
+  for (const std::string& item : items) {
+    absl::StatusOr<T> value = parse(item);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", value.status().message()));
+    }
+    out->push_back(*value);
+  }
+  return absl::OkStatus();
+}
+
+// --monitor-domain, --monitor-msrs and --monitor-ports: what the Xen trap
+// sources watch, checked here so that a typo is a usage error, not a failed
+// start.
+absl::Status ParseMonitorFlags(pvemu::server::DaemonOptions* options) {
+  auto domain_id = [](const std::string& d) -> absl::StatusOr<uint32_t> {
     uint32_t id = 0;
     if (!absl::SimpleAtoi(d, &id)) {
-      std::fprintf(stderr, "pvemud: --monitor-domain: '%s' is not a domain id\n", d.c_str());
-      return 2;
+      return absl::InvalidArgumentError(absl::StrCat("'", d, "' is not a domain id"));
     }
-    options.monitor_domains.push_back(id);
-  }
-  for (const std::string& m : absl::GetFlag(FLAGS_monitor_msrs)) {
-    absl::StatusOr<uint32_t> msr = pvemu::x86::ParseMsr(m);
-    if (!msr.ok()) {
-      std::fprintf(stderr, "pvemud: --monitor-msrs: %s\n", std::string(msr.status().message()).c_str());
-      return 2;
-    }
-    options.monitor_msrs.push_back(*msr);
-  }
-  for (const std::string& p : absl::GetFlag(FLAGS_monitor_ports)) {
-    absl::StatusOr<pvemu::server::PortSpan> span = ParsePortSpan(p);
-    if (!span.ok()) {
-      std::fprintf(stderr, "pvemud: --monitor-ports: %s\n",
-                   std::string(span.status().message()).c_str());
-      return 2;
-    }
-    options.monitor_ports.push_back(*span);
-  }
+    return id;
+  };
+  RETURN_IF_ERROR(ParseListFlag("--monitor-domain", absl::GetFlag(FLAGS_monitor_domain),
+                                domain_id, &options->monitor_domains));
+  RETURN_IF_ERROR(ParseListFlag("--monitor-msrs", absl::GetFlag(FLAGS_monitor_msrs),
+                                &pvemu::x86::ParseMsr, &options->monitor_msrs));
+  RETURN_IF_ERROR(ParseListFlag("--monitor-ports", absl::GetFlag(FLAGS_monitor_ports),
+                                &ParsePortSpan, &options->monitor_ports));
+  return absl::OkStatus();
+}
 
-  // Socket activation (pvemud.socket): serve on the socket systemd passed.
-  absl::StatusOr<int> listen_fd = pvemu::server::SystemdListenFd();
-  if (!listen_fd.ok()) {
-    std::fprintf(stderr, "pvemud: %s\n", std::string(listen_fd.status().message()).c_str());
-    return 1;
-  }
-  options.listen_fd = *listen_fd;
-
+// Starts the daemon (its warnings on stderr) and tells systemd it is ready
+// (Type=notify): the socket answers and the policy is loaded.
+absl::StatusOr<std::unique_ptr<pvemu::server::Daemon>> StartDaemon(
+    const pvemu::server::DaemonOptions& options) {
   std::vector<std::string> warnings;
   auto daemon = pvemu::server::Daemon::Start(options, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "pvemud: warning: %s\n", w.c_str());
-  if (!daemon.ok()) {
-    std::fprintf(stderr, "pvemud: %s\n", std::string(daemon.status().message()).c_str());
-    return 1;
-  }
+  if (!daemon.ok()) return daemon.status();
   const std::string ready = (*daemon)->ReadyMessage();
   std::fprintf(stderr, "%s\n", ready.c_str());
-  // Type=notify: the socket answers and the policy is loaded.
   pvemu::server::NotifyReady(absl::StripPrefix(ready, "pvemud: "));
+  return daemon;
+}
 
+// Waits for SIGTERM or SIGINT (blocked by BlockStopSignals), then stops the
+// daemon, telling systemd first.
+void RunUntilStopped(const sigset_t& stop_signals, pvemu::server::Daemon& daemon) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "pvemud: %s, stopping\n", strsignal(signal_number));
   pvemu::server::NotifyStopping();
-  (*daemon)->Shutdown();
+  daemon.Shutdown();
   std::fprintf(stderr, "pvemud: stopped\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ParseFlags(argc, argv);
+  const sigset_t stop_signals = BlockStopSignals();
+
+  absl::StatusOr<pvemu::server::DaemonOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status(), kExitUsage);
+  if (absl::Status s = ParseMonitorFlags(&*options); !s.ok()) return Fail(s, kExitUsage);
+
+  // Socket activation (pvemud.socket): serve on the socket systemd passed.
+  absl::StatusOr<int> listen_fd = pvemu::server::SystemdListenFd();
+  if (!listen_fd.ok()) return Fail(listen_fd.status(), kExitStartFailed);
+  options->listen_fd = *listen_fd;
+
+  auto daemon = StartDaemon(*options);
+  if (!daemon.ok()) return Fail(daemon.status(), kExitStartFailed);
+  RunUntilStopped(stop_signals, **daemon);
   return 0;
 }

@@ -160,15 +160,6 @@ bool ConsumeDirection(absl::string_view* rest, absl::string_view read,
   return false;
 }
 
-// "LABEL 0xVALUE" at the start of *rest ("= 0x..." in kvm_msr, "at 0x..." in
-// kvm_pio). On failure *rest may be partly consumed: callers then give up.
-bool ConsumeLabeledHex(absl::string_view* rest, absl::string_view label,
-                       uint64_t* value) {
-  if (!absl::ConsumePrefix(rest, label)) return false;
-  SkipSpaces(rest);
-  return ConsumeHex(rest, value);
-}
-
 enum class Event { kNone, kMsr, kCpuid, kPio, kExit, kEntry };
 
 class FtraceParser final : public LineParser {
@@ -243,7 +234,7 @@ Verdict ParsePio(absl::string_view body, const Context& ctx,
   uint64_t port, value = 0;
   uint32_t size, count;
   SkipSpaces(&rest);
-  if (!ConsumeLabeledHex(&rest, "at", &port) || port > 0xffff ||
+  if (!ConsumeLabeled(&rest, "at", &port) || port > 0xffff ||
       !FieldDec(rest, "size", &size) || !FieldDec(rest, "count", &count)) {
     *why = "kvm_pio: expected \"at 0xPORT size N count N\"";
     return Verdict::kMalformed;
@@ -290,7 +281,7 @@ bool ParseMsrBody(absl::string_view body, MsrEvent* m, std::string* why) {
     return false;
   }
   SkipSpaces(&rest);
-  if (!ConsumeLabeledHex(&rest, "=", &m->value)) {
+  if (!ConsumeLabeled(&rest, "=", &m->value)) {
     *why = "kvm_msr: missing \"= 0xVALUE\"";
     return false;
   }

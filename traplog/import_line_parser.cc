@@ -81,6 +81,17 @@ bool ConsumeDec32(absl::string_view* s, uint32_t* value) {
   return true;
 }
 
+bool ConsumeLabeled(absl::string_view* s, absl::string_view label,
+                    uint64_t* value,
+                    bool (*consume)(absl::string_view*, uint64_t*)) {
+  absl::string_view t = *s;
+  if (!absl::ConsumePrefix(&t, label)) return false;
+  SkipSpaces(&t);
+  if (!consume(&t, value)) return false;
+  *s = t;
+  return true;
+}
+
 bool After(absl::string_view s, absl::string_view word, absl::string_view* rest,
            size_t* at) {
   size_t pos = s.find(word);

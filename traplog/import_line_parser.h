@@ -83,6 +83,13 @@ bool ConsumeHex32(absl::string_view* s, uint32_t* value);
 bool ConsumeDec(absl::string_view* s, uint64_t* value);
 bool ConsumeDec32(absl::string_view* s, uint32_t* value);
 
+// "LABEL VALUE": `label`, blanks, then a hex value as `consume` reads it
+// (ConsumeHex unless given): "= 0x..." and "at 0x..." in ftrace's events,
+// "val 0x...", "from VALUE" and "to VALUE" (ConsumeXenValue) in Xen's.
+bool ConsumeLabeled(
+    absl::string_view* s, absl::string_view label, uint64_t* value,
+    bool (*consume)(absl::string_view*, uint64_t*) = &ConsumeHex);
+
 // Finds `word` in `s` and returns the text after it in *rest (and where
 // `word` starts in *at).
 bool After(absl::string_view s, absl::string_view word, absl::string_view* rest,

@@ -91,17 +91,6 @@ bool ConsumeXenValue(absl::string_view* s, uint64_t* value) {
   return true;
 }
 
-// "LABEL VALUE" at the start of *rest ("val 0x...", "from ...", "to ..."),
-// the value as `consume` reads it. On failure *rest may be partly consumed:
-// callers then give up.
-bool ConsumeLabeled(absl::string_view* rest, absl::string_view label,
-                    bool (*consume)(absl::string_view*, uint64_t*),
-                    uint64_t* value) {
-  if (!absl::ConsumePrefix(rest, label)) return false;
-  SkipSpaces(rest);
-  return consume(rest, value);
-}
-
 // Older Xen: "Non-priv domain attempted WRMSR(%p,%08lx,%08lx)." — dropped.
 // `rest` follows the '(' of the match at `at`.
 Verdict ParseNonPrivMsr(absl::string_view body, size_t at,
@@ -175,12 +164,12 @@ Verdict ParseAttemptedWrmsr(const Context& ctx, uint32_t msr,
                             absl::string_view rest, v1::TrapRecord* rec,
                             std::string* why) {
   uint64_t from, to;
-  if (!ConsumeLabeled(&rest, "from", &ConsumeXenValue, &from)) {
+  if (!ConsumeLabeled(&rest, "from", &from, &ConsumeXenValue)) {
     *why = "Domain attempted WRMSR: missing \"from VALUE\"";
     return Verdict::kMalformed;
   }
   SkipSpaces(&rest);
-  if (!ConsumeLabeled(&rest, "to", &ConsumeXenValue, &to)) {
+  if (!ConsumeLabeled(&rest, "to", &to, &ConsumeXenValue)) {
     *why = "Domain attempted WRMSR: missing \"to VALUE\"";
     return Verdict::kMalformed;
   }
@@ -209,7 +198,7 @@ Verdict FinishXenTrap(Kind kind, const Context& ctx, uint32_t msr,
       return Verdict::kTrap;
     case Kind::kWrmsrUnimpl: {
       uint64_t value;
-      if (!ConsumeLabeled(&rest, "val", &ConsumeHex, &value)) {
+      if (!ConsumeLabeled(&rest, "val", &value)) {
         *why = "WRMSR unimplemented: missing \"val 0x...\"";
         return Verdict::kMalformed;
       }
