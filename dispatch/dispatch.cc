@@ -146,7 +146,32 @@ struct Dispatcher::Session::Counters {
   std::atomic<uint64_t> decode_errors{0};
   // Only with count_by_domain_and_msr (tens of KiB a session).
   std::unique_ptr<TrapCountTables> tables;
+  // Accesses learning domains made that ENFORCE would fault, by LearnedKey
+  // (a few KiB a session, written only by a learning domain's traps).
+  CountTable<8> learned;
 };
+
+namespace {
+
+// Learned keys: kUsed | domain << 39 | insn << 34 | log2(width) << 32 | index.
+// Domains from 2^24 up count only in the overflow buckets (by insn).
+constexpr uint64_t kLearnedKeyDomains = uint64_t{1} << 24;
+uint64_t LearnedKey(uint32_t domain, emulator::InsnKind insn, uint8_t width, uint32_t index) {
+  const uint64_t wlog = width >= 4 ? 2 : width >= 2 ? 1 : 0;
+  return CountTable<8>::kUsed | uint64_t{domain} << 39 | uint64_t{static_cast<uint8_t>(insn)} << 34 |
+         wlog << 32 | index;
+}
+void DecodeLearnedKey(uint64_t key, LearnedAccess* a) {
+  a->domain = static_cast<uint32_t>((key & ~CountTable<8>::kUsed) >> 39);
+  a->insn = static_cast<emulator::InsnKind>((key >> 34) & 31);
+  const uint32_t wlog = (key >> 32) & 3;
+  const bool port = a->insn == emulator::InsnKind::kIn || a->insn == emulator::InsnKind::kOut;
+  a->width = port ? static_cast<uint8_t>(1u << wlog) : 0;
+  a->index = static_cast<uint32_t>(key);
+  a->write = a->insn == emulator::InsnKind::kWrmsr || a->insn == emulator::InsnKind::kOut;
+}
+
+}  // namespace
 
 namespace {
 void Bump(std::atomic<uint64_t>& c) {
@@ -210,6 +235,8 @@ void Dispatcher::Retire(Session::Counters* counters) {
   std::shared_ptr<const policy::Snapshot> snapshot = store_.Current();
   absl::MutexLock lock(&mu_);
   AddCounters(counters->by_kind, counters->decode_errors, &retired_stats_);
+  counters->learned.ForEach([&](uint64_t key, uint64_t n) { retired_learned_[key] += n; },
+                            [](uint32_t, uint64_t) {});
   if (counters->tables != nullptr) {
     AddTables(*counters->tables, *snapshot, &retired_domains_, &retired_kinds_, &retired_msrs_);
   }
@@ -322,8 +349,9 @@ Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain
   CachedDomain& slot = domain_cache_[domain & (kDomainCacheSize - 1)];
   if (slot.snap == nullptr || slot.domain != domain) [[unlikely]] {
     slot.domain = domain;
-    if (count_detail_) slot.block = tables_->BlockFor(domain);
+    if (count_detail_) slot.block = static_cast<uint16_t>(tables_->BlockFor(domain));
     slot.snap = &snapshot.ForDomain(domain);
+    slot.learning = slot.snap->learning();
   }
   return slot;
 }
@@ -376,6 +404,108 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const std::function<void(absl::strin
 
 }  // namespace
 
+void Dispatcher::Session::NoteLearning(const policy::Snapshot& snapshot,
+                                       const policy::DomainSnapshot& snap,
+                                       const emulator::Trap& trap,
+                                       const emulator::Instruction& decoded,
+                                       emulator::Outcome* out) {
+  // Privilege faults and host faults are not the policy's: only a completed
+  // access (or one handed to the device model) can have been relaxed.
+  if (out->kind != emulator::OutcomeKind::kCompleted &&
+      out->kind != emulator::OutcomeKind::kDeviceIo) {
+    return;
+  }
+  uint32_t index = 0;
+  uint8_t width = 0;
+  switch (decoded.kind) {
+    case emulator::InsnKind::kRdmsr:
+    case emulator::InsnKind::kWrmsr: {
+      index = static_cast<uint32_t>(trap.regs.gpr[emulator::kRcx]);
+      const uint8_t relaxed = snap.Lookup(index).relaxed;
+      const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
+      const bool was_fault =
+          write ? (relaxed & policy::MsrEntry::kRelaxedWrite) != 0 ||
+                      ((relaxed & policy::MsrEntry::kRelaxedReserved) != 0 && out->reserved_dropped)
+                : (relaxed & policy::MsrEntry::kRelaxedRead) != 0;
+      if (!was_fault) return;
+      break;
+    }
+    case emulator::InsnKind::kIn:
+    case emulator::InsnKind::kOut:
+      index = out->msr_or_port;
+      width = static_cast<uint8_t>(decoded.operand_size / 8);
+      if (snap.EnforcedPortAllowed(index, width)) return;
+      break;
+    default:
+      return;
+  }
+  out->relaxed = true;
+  const uint64_t key = LearnedKey(trap.domain, decoded.kind, width, index);
+  if (trap.domain >= kLearnedKeyDomains) [[unlikely]] {
+    counters_->learned.CountOverflow(static_cast<uint32_t>(decoded.kind));
+    return;
+  }
+  if (!counters_->learned.Bump(key, static_cast<uint32_t>(decoded.kind))) return;
+  // This session's first: the dispatcher keeps the first of all sessions.
+  LearnedAccess first;
+  DecodeLearnedKey(key, &first);
+  first.rip = trap.regs.rip;
+  if (width == 0) {
+    const policy::Explanation e = policy::ExplainEnforcedMsr(
+        snapshot, trap.domain, index, first.write ? std::optional<uint64_t>(0) : std::nullopt);
+    first.rule = e.source.empty() ? e.layer : absl::StrCat(e.source, " (", e.layer, ")");
+    first.enforcing = "#GP(0)";
+    first.given = first.write ? "IGNORE" : "ZERO";
+  } else {
+    first.rule = absl::StrFormat("io_port (no range of domain %u grants %#x-%#x)", trap.domain,
+                                 index, index + width - 1);
+    first.enforcing = "FLOAT";
+    first.given = out->kind == emulator::OutcomeKind::kDeviceIo ? "DEVICE" : "HOST";
+  }
+  owner_->NoteFirstLearned(key, std::move(first));
+}
+
+void Dispatcher::NoteFirstLearned(uint64_t key, LearnedAccess first) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (learned_firsts_.contains(key)) return;
+    if (learned_firsts_.size() >= kMaxLearnedFirsts) return;
+    learned_firsts_.emplace(key, first);
+  }
+  if (!options_.log) return;
+  const bool port = first.width != 0;
+  options_.log(absl::StrFormat(
+      "learning: first %s of %s %#x%s by domain %u: %s enforces %s, answered %s; at rip %#x",
+      emulator::KindMnemonic(first.insn), port ? "port" : "MSR", first.index,
+      port ? absl::StrCat(" (", first.width, " byte", first.width == 1 ? "" : "s", ")") : "",
+      first.domain, first.rule, first.enforcing, first.given, first.rip));
+}
+
+std::vector<LearnedAccess> Dispatcher::Learned() const {
+  absl::flat_hash_map<uint64_t, uint64_t> counts;
+  std::vector<LearnedAccess> out;
+  {
+    absl::MutexLock lock(&mu_);
+    counts = retired_learned_;
+    for (const auto& c : counters_) {
+      c->learned.ForEach([&](uint64_t key, uint64_t n) { counts[key] += n; },
+                         [](uint32_t, uint64_t) {});
+    }
+    for (const auto& [key, n] : counts) {
+      auto first = learned_firsts_.find(key);
+      LearnedAccess a = first != learned_firsts_.end() ? first->second : LearnedAccess{};
+      DecodeLearnedKey(key, &a);
+      a.count = n;
+      out.push_back(std::move(a));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const LearnedAccess& x, const LearnedAccess& y) {
+    return std::make_tuple(x.domain, x.insn, x.index, x.width) <
+           std::make_tuple(y.domain, y.insn, y.index, y.width);
+  });
+  return out;
+}
+
 void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const emulator::Trap& trap,
                                       const emulator::Instruction& decoded,
                                       emulator::DecodeError decode_error,
@@ -391,7 +521,8 @@ void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const em
       decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
   if (msr_insn && msr_lookup) {
     const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
-    if (tables.CountMsr(trap.domain, view_->looked_up_msr(), write, view_->decision())) [[unlikely]] {
+    if (tables.CountMsr(trap.domain, view_->looked_up_msr(), write, view_->decision(),
+                        out.relaxed)) [[unlikely]] {
       LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view_->looked_up_msr(), write, view_->decision(),
                      trap.regs.rip);
     }
@@ -413,6 +544,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   // The trap counters are GetStats: always on, in both configurations.
   Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
   if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
+  // LEARN: what the enforcing policy would fault is marked and counted; an
+  // ENFORCE domain pays this one branch on a field beside the snapshot.
+  if (cached.learning && decode_error == emulator::DecodeError::kOk) [[unlikely]] {
+    NoteLearning(snapshot, *cached.snap, trap, decoded, &out);
+  }
   // The breakdown by domain, instruction and MSR (CountsByKey, /metrics):
   // only when asked for; off, one branch that always predicts.
   if (count_detail_) [[unlikely]] CountDetail(snapshot, trap, decoded, decode_error, out, cached.block);

@@ -56,6 +56,23 @@ struct DispatchOptions {
   std::function<void(absl::string_view line)> log;
 };
 
+// One access a learning domain made that its policy in ENFORCE would fault
+// or deny, relaxed (policy.proto, PolicyMode LEARN): counted per (domain,
+// instruction, MSR or port, width), with its first occurrence.
+struct LearnedAccess {
+  uint32_t domain = 0;
+  emulator::InsnKind insn = emulator::InsnKind::kRdmsr;
+  uint32_t index = 0;  // the MSR, or the port
+  bool write = false;
+  uint8_t width = 0;   // ports: bytes (1, 2, 4); MSRs: 0
+  uint64_t count = 0;
+  // The first one (empty when the first-access record was full).
+  std::string rule;       // "FILE:LINE (layer)" of the deciding rule, or "io_port"
+  std::string enforcing;  // "#GP(0)" or "FLOAT"
+  std::string given;      // "ZERO", "IGNORE", "DEVICE", "HOST"
+  uint64_t rip = 0;
+};
+
 struct TrapStats {
   uint64_t traps = 0;
   uint64_t completed = 0;
@@ -98,6 +115,14 @@ class Dispatcher {
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
 
+    // A LEARN domain's trap, out of line: marks out->relaxed when the
+    // enforcing policy would have faulted or denied it, and counts it.
+    ABSL_ATTRIBUTE_NOINLINE void NoteLearning(const policy::Snapshot& snapshot,
+                                              const policy::DomainSnapshot& snap,
+                                              const emulator::Trap& trap,
+                                              const emulator::Instruction& decoded,
+                                              emulator::Outcome* out);
+
     // The count_by_domain_and_msr half of a trap, out of line.
     // The first access of a (domain, MSR, access) decided by a GP rule or the
     // unknown-MSR mode is logged once per process (LogFirstAccess).
@@ -107,11 +132,14 @@ class Dispatcher {
                                              emulator::DecodeError decode_error,
                                              const emulator::Outcome& out, uint32_t block);
 
+    // 16 bytes, so that the cache stays four lines.
     struct CachedDomain {
       uint32_t domain = 0;
-      uint32_t block = 0;  // the domain's trap counts (TrapCountTables::BlockFor)
+      uint16_t block = 0;     // the domain's trap counts (TrapCountTables::BlockFor)
+      bool learning = false;  // snap->learning(), beside what the trap reads anyway
       const policy::DomainSnapshot* snap = nullptr;
     };
+    static_assert(TrapCountTables::kMaxDomains < 0xffff, "a block fits CachedDomain::block");
     // The domain's compiled policy in the current snapshot, from a small
     // direct-mapped cache (a trap source sees few domains), so a trap skips
     // the snapshot's domain hash probe. Emptied when the generation moves.
@@ -145,6 +173,14 @@ class Dispatcher {
   // Sums every session's counters (past and present).
   TrapStats Stats() const;
 
+  // What learning domains did that ENFORCE would fault, summed over every
+  // session (past and present), sorted by domain, instruction, index, width.
+  // Off the trap path: locks, allocates. At most kMaxLearnedFirsts accesses
+  // keep their first occurrence; each session keeps kLearnedSlots keys apart
+  // (more count only in Stats()).
+  std::vector<LearnedAccess> Learned() const;
+  static constexpr size_t kMaxLearnedFirsts = 4096;
+
   // Per domain, MSRs that a rule names on its own are counted apart; of the
   // others, the first kMaxOtherMsrs seen (in MSR order within one call), and
   // the rest as msr "other".
@@ -173,6 +209,9 @@ class Dispatcher {
 
   // Folds an ending session's tables into the retired sums and frees them.
   void Retire(Session::Counters* counters);
+  // A session counted a learned key for the first time: keeps its first
+  // occurrence (once per dispatcher) and logs it (DispatchOptions::log).
+  void NoteFirstLearned(uint64_t key, LearnedAccess first);
 
   // Keys of the summed counts: domain (kOtherDomain for overflow), then
   // instruction and outcome, or msr (kOtherMsr beyond the bound), write,
@@ -198,6 +237,9 @@ class Dispatcher {
   KindSums retired_kinds_ ABSL_GUARDED_BY(mu_);
   MsrSums retired_msrs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> retired_domains_ ABSL_GUARDED_BY(mu_);
+  // Learned accesses: ended sessions' counts by key, and each key's first.
+  absl::flat_hash_map<uint64_t, uint64_t> retired_learned_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, LearnedAccess> learned_firsts_ ABSL_GUARDED_BY(mu_);
   // Per domain, the unnamed MSRs counted apart (at most kMaxOtherMsrs):
   // once admitted, always apart, so a series never moves into "other".
   mutable absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint32_t>> admitted_

@@ -14,6 +14,7 @@ absl::string_view MsrActionName(MsrAction action) {
     case MsrAction::kIgnore: return "IGNORE";
     case MsrAction::kUnknownGp: return "UNKNOWN_GP";
     case MsrAction::kUnknownRelaxed: return "UNKNOWN_RELAXED";
+    case MsrAction::kLearnRelaxed: return "LEARN_RELAXED";
   }
   return "GP";
 }
@@ -22,6 +23,7 @@ MsrAction TrapCountTables::DecodeMsrAction(uint32_t code, bool* write) {
   *write = (code >> 4) & 1;
   const bool unknown = (code >> 3) & 1;
   const uint32_t raw = code & 7;
+  if (raw == kRelaxedCode) return MsrAction::kLearnRelaxed;
   if (unknown) {
     // The unknown-MSR mode: GP, or RELAXED (reads 0, writes dropped).
     const bool gp = *write ? raw == static_cast<uint32_t>(emulator::MsrWrite::kGp)

@@ -26,7 +26,8 @@
 namespace pvemu::dispatch {
 
 // The action of an MSR access as the dispatcher's DomainView decided it;
-// decisions of the unknown-MSR mode (no rule) are kUnknownGp/kUnknownRelaxed.
+// decisions of the unknown-MSR mode (no rule) are kUnknownGp/kUnknownRelaxed;
+// an access a LEARN domain made that ENFORCE would #GP is kLearnRelaxed.
 enum class MsrAction : uint8_t {
   kPassthrough,
   kConst,
@@ -36,8 +37,9 @@ enum class MsrAction : uint8_t {
   kIgnore,
   kUnknownGp,
   kUnknownRelaxed,
+  kLearnRelaxed,
 };
-// "PASSTHROUGH", "CONST", ..., "UNKNOWN_GP", "UNKNOWN_RELAXED".
+// "PASSTHROUGH", "CONST", ..., "UNKNOWN_GP", "UNKNOWN_RELAXED", "LEARN_RELAXED".
 absl::string_view MsrActionName(MsrAction action);
 
 // Counters keyed by a 64-bit key with bit 63 set (0 marks a free slot); a
@@ -164,16 +166,21 @@ struct TrapCountTables {
   }
 
   // msrs: kUsed | domain << 37 | msr << 5 | code; code = write << 4 |
-  // unknown << 3 | the raw action (emulator::MsrRead/MsrWrite): no table,
-  // no branch on the trap path.
-  static uint32_t MsrCode(bool write, const emulator::MsrDecision& d) {
-    const uint32_t action = write ? static_cast<uint32_t>(d.write) : static_cast<uint32_t>(d.read);
+  // unknown << 3 | the raw action (emulator::MsrRead/MsrWrite, 1..5), or
+  // kRelaxedCode for an access a learning domain's policy would fault: no
+  // table, no branch on the trap path.
+  static constexpr uint32_t kRelaxedCode = 7;
+  static uint32_t MsrCode(bool write, const emulator::MsrDecision& d, bool relaxed = false) {
+    const uint32_t action = relaxed ? kRelaxedCode
+                            : write ? static_cast<uint32_t>(d.write)
+                                    : static_cast<uint32_t>(d.read);
     return uint32_t{write} << 4 | uint32_t{d.unknown} << 3 | (action & 7);
   }
   // True when the session's table took a new (domain, MSR, access, action)
   // key: the first such access this session counts.
-  bool CountMsr(uint32_t domain, uint32_t msr, bool write, const emulator::MsrDecision& d) {
-    const uint32_t code = MsrCode(write, d);
+  bool CountMsr(uint32_t domain, uint32_t msr, bool write, const emulator::MsrDecision& d,
+                bool relaxed = false) {
+    const uint32_t code = MsrCode(write, d, relaxed);
     const uint64_t key = kUsed | uint64_t{domain} << 37 | uint64_t{msr} << 5 | code;
     if (domain < kMsrKeyDomains) [[likely]] return msrs.Bump(key, code);
     msrs.CountOverflow(code);

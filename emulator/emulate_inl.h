@@ -162,8 +162,9 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
       if (masked) {
         uint64_t current = 0;
         if (!ReadMsrValue(trap, index, d, domain, host, &current)) current = 0;
-        if (violates(current) && !d.drop_reserved) {
-          return Raise(out, Vector::kGP);
+        if (violates(current)) {
+          if (!d.drop_reserved) return Raise(out, Vector::kGP);
+          out->reserved_dropped = true;
         }
       }
       out->write_dropped = true;
@@ -183,6 +184,7 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
       if (masked && violates(*reg)) {
         if (!d.drop_reserved) return Raise(out, Vector::kGP);
         out->write_dropped = true;  // the instruction completes, nothing changes
+        out->reserved_dropped = true;
         break;
       }
       *reg = value;
@@ -198,6 +200,7 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
         if (violates(current)) {
           if (!d.drop_reserved) return Raise(out, Vector::kGP);
           out->write_dropped = true;
+          out->reserved_dropped = true;
           break;
         }
       }

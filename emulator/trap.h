@@ -77,6 +77,13 @@ struct Outcome {
   // IN/OUT on a port outside the domain's io_port ranges: IN read all ones,
   // OUT was dropped.
   bool port_denied = false;
+  // A WRMSR dropped because it changed bits outside the rule's writable_mask
+  // (a write_dropped of the reserved-bit kind).
+  bool reserved_dropped = false;
+  // Set by the trap path, not the emulator: a LEARN domain's access that
+  // ENFORCE would have faulted (an MSR #GP) or denied (a port), answered as
+  // learning answers it (policy.proto, PolicyMode).
+  bool relaxed = false;
 };
 
 }  // namespace pvemu::emulator

@@ -64,7 +64,7 @@ bool DecidesRead(const MsrRule& r) { return r.read() != v1::ReadAction::ACTION_U
 bool DecidesWrite(const MsrRule& r) { return r.write() != v1::WriteAction::ACTION_UNSPECIFIED; }
 
 // Takes the layer-wide settings `src` sets (hardware_domain, unknown_msr,
-// tsc, vpmu, guest_vendor), with their source positions: a layer that sets
+// tsc, vpmu, guest_vendor, mode), with their source positions: a layer that sets
 // one overrides what the layers below it said.
 void TakeSettings(const Layer& src, const SourceMap& src_map, const std::string& src_path,
                   Layer* dst, SourceMap* dst_map, const std::string& dst_path) {
@@ -90,6 +90,10 @@ void TakeSettings(const Layer& src, const SourceMap& src_map, const std::string&
   if (src.guest_vendor() != v1::VENDOR_UNSPECIFIED) {
     dst->set_guest_vendor(src.guest_vendor());
     graft("guest_vendor");
+  }
+  if (src.has_mode()) {
+    dst->set_mode(src.mode());
+    graft("mode");
   }
 }
 
@@ -246,6 +250,9 @@ absl::Status CheckTie(const Level& a, const Layer& la, const std::string& pa, co
   }
   if (la.has_vpmu() && lb.has_vpmu() && la.vpmu() != lb.vpmu()) {
     return tie(pa + ".vpmu", pb + ".vpmu", "vpmu");
+  }
+  if (la.has_mode() && lb.has_mode() && la.mode() != lb.mode()) {
+    return tie(pa + ".mode", pb + ".mode", "the mode");
   }
   if (la.tsc().mode() != v1::TscPolicy::MODE_UNSPECIFIED &&
       lb.tsc().mode() != v1::TscPolicy::MODE_UNSPECIFIED &&

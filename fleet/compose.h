@@ -15,7 +15,7 @@
 // partly overlap keep both, and specificity decides between them exactly as
 // within one policy file (two that tie are an error naming both keys and
 // lines). Layer-wide settings (unknown_msr,
-// tsc, vpmu, hardware_domain, guest_vendor) come from the highest layer
+// tsc, vpmu, hardware_domain, guest_vendor, mode) come from the highest layer
 // that sets them; CPUID entries replace by (leaf, subleaf); port ranges add.
 //
 // Two classes of the host that decide the same rule (target and

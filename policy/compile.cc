@@ -70,7 +70,7 @@ const CpuidDecision* DomainSnapshot::Cpuid(uint32_t leaf, uint32_t subleaf) cons
   return nullptr;
 }
 
-bool DomainSnapshot::PortAllowed(uint32_t port, uint32_t width) const {
+bool DomainSnapshot::EnforcedPortAllowed(uint32_t port, uint32_t width) const {
   if (width == 0) return true;
   uint64_t last = uint64_t{port} + width - 1;
   if (last > 0xffff) return false;
@@ -147,6 +147,8 @@ class Compiler {
                          DomainSnapshot* snapshot) const;
   void CompileVpmuAndTsc(const Layer* overlay, const std::string& overlay_path,
                          DomainSnapshot* snapshot) const;
+  void CompileMode(const Layer* overlay, const std::string& overlay_path,
+                   DomainSnapshot* snapshot) const;
   void CompilePorts(const Layer* overlay, const std::string& overlay_path,
                     DomainSnapshot* snapshot) const;
   void CompileCpuid(const Layer* overlay, const std::string& overlay_path,
@@ -375,6 +377,44 @@ void Compiler::CompileVpmuAndTsc(const Layer* overlay, const std::string& overla
   }
 }
 
+// The mode: the domain's if set, else the default's, else ENFORCE. A LEARN
+// domain gets the relaxed table its traps read (Lookup); the enforced one
+// stays for tools. In ENFORCE Lookup reads entries_ itself: the trap path is
+// the same code on the same data whatever this feature does.
+void Compiler::CompileMode(const Layer* overlay, const std::string& overlay_path,
+                           DomainSnapshot* snapshot) const {
+  const Layer& default_layer = policy_.default_();
+  pvemu::v1::PolicyMode mode = pvemu::v1::ENFORCE;
+  if (overlay != nullptr && overlay->has_mode()) {
+    mode = overlay->mode();
+    snapshot->setting_origins_.mode = source_.WhereLine(overlay_path + ".mode");
+  } else if (default_layer.has_mode()) {
+    mode = default_layer.mode();
+    snapshot->setting_origins_.mode = source_.WhereLine("default.mode");
+  }
+  snapshot->learning_ = mode == pvemu::v1::LEARN;
+  snapshot->effective_ = snapshot->entries_.data();
+  if (!snapshot->learning_) return;
+  snapshot->relaxed_entries_ = snapshot->entries_;
+  for (MsrEntry& e : snapshot->relaxed_entries_) {
+    // As UNKNOWN_RELAXED answers: a read gives 0, a write completes and is
+    // dropped (Xen's msr_relaxed).
+    if (e.read == ReadAction::GP) {
+      e.read = ReadAction::ZERO;
+      e.relaxed |= MsrEntry::kRelaxedRead;
+    }
+    if (e.write == WriteAction::GP) {
+      e.write = WriteAction::IGNORE;
+      e.relaxed |= MsrEntry::kRelaxedWrite;
+    }
+    if (e.writable_mask != ~uint64_t{0} && !e.drop_reserved) {
+      e.drop_reserved = true;
+      e.relaxed |= MsrEntry::kRelaxedReserved;
+    }
+  }
+  snapshot->effective_ = snapshot->relaxed_entries_.data();
+}
+
 // Ports: the union of both layers, merged; and each range as written, with
 // where it was written.
 void Compiler::CompilePorts(const Layer* overlay, const std::string& overlay_path,
@@ -559,6 +599,7 @@ absl::StatusOr<std::unique_ptr<DomainSnapshot>> Compiler::Domain(
   CompilePorts(overlay, overlay_path, snapshot.get());
   CompileCpuid(overlay, overlay_path, snapshot.get());
   RETURN_IF_ERROR(CompileMsrRules(overlay, overlay_path, snapshot.get()));
+  CompileMode(overlay, overlay_path, snapshot.get());
   return snapshot;
 }
 

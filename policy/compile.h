@@ -65,6 +65,12 @@ struct MsrEntry {
   bool allow_host_write = false;
   bool audit = false;
   bool unknown = false;  // no rule named this MSR: the unknown_msr mode decided
+  // In a LEARN domain's effective table: what the enforcing entry would have
+  // faulted and this one relaxes (kRelaxed* bits; 0 in ENFORCE).
+  uint8_t relaxed = 0;
+  static constexpr uint8_t kRelaxedRead = 1;      // read GP, now ZERO
+  static constexpr uint8_t kRelaxedWrite = 2;     // write GP, now IGNORE
+  static constexpr uint8_t kRelaxedReserved = 4;  // reserved bits GP, now dropped
 };
 static_assert(sizeof(MsrEntry) <= 40, "keep MsrEntry small: it is read on every MSR trap");
 
@@ -99,6 +105,7 @@ struct SettingOrigins {
   std::string tsc;           // the tsc field (mode, offset or frequency) that decides
   std::string vpmu;
   std::string guest_vendor;
+  std::string mode;          // the `mode` field that decides ENFORCE or LEARN
 };
 
 // One io_port range as a layer wrote it (before merging), with its origin.
@@ -117,10 +124,19 @@ struct DomainContext {
 
 class DomainSnapshot {
  public:
-  // The decision for an MSR; never fails (unknown MSRs get the fallback).
-  // One probe of the exact-MSR table, then on a miss one probe of the range
-  // page table (policy/msr_index.h).
-  const MsrEntry& Lookup(uint32_t msr) const { return entries_[index_.Find(msr)]; }
+  DomainSnapshot(const DomainSnapshot&) = delete;
+  DomainSnapshot& operator=(const DomainSnapshot&) = delete;
+
+  // The decision for an MSR as the trap path applies it; never fails
+  // (unknown MSRs get the fallback). One probe of the exact-MSR table, then
+  // on a miss one probe of the range page table (policy/msr_index.h). In a
+  // LEARN domain what would fault is relaxed (MsrEntry::relaxed says what).
+  const MsrEntry& Lookup(uint32_t msr) const { return effective_[index_.Find(msr)]; }
+  // The decision as the policy enforces it, whatever the mode: for tools
+  // (explain, the KVM MSR filter, which MSRs exit must not depend on the mode).
+  const MsrEntry& EnforcedLookup(uint32_t msr) const { return entries_[index_.Find(msr)]; }
+  // LEARN (PolicyMode): what would fault is relaxed and recorded.
+  bool learning() const { return learning_; }
   // Whether a rule names `msr` on its own (not through a range): the MSRs
   // metrics always count apart (dispatch/trap_counts.h).
   bool NamesMsr(uint32_t msr) const { return index_.HasSingle(msr); }
@@ -129,8 +145,13 @@ class DomainSnapshot {
   // An exact subleaf beats an any-subleaf entry; the domain beats the default.
   const CpuidDecision* Cpuid(uint32_t leaf, uint32_t subleaf) const;
 
-  // Whether every port in [port, port + width) is granted.
-  bool PortAllowed(uint32_t port, uint32_t width) const;
+  // Whether every port in [port, port + width) is granted, as the trap path
+  // applies it: a LEARN domain's accesses are all granted.
+  bool PortAllowed(uint32_t port, uint32_t width) const {
+    return learning_ ? width <= 0x10000 - port : EnforcedPortAllowed(port, width);
+  }
+  // Whether the io_port ranges grant every port in [port, port + width).
+  bool EnforcedPortAllowed(uint32_t port, uint32_t width) const;
 
   const TscConfig& tsc() const { return tsc_; }
   bool vpmu() const { return vpmu_; }
@@ -170,7 +191,7 @@ class DomainSnapshot {
   // Every MSR a rule (or the vPMU-off rule) decides: single MSRs as
   // one-MSR spans, and the ranges' spans, sorted by first; a single may lie
   // inside a range. MSRs in none follow unknown_msr. Built on demand, for
-  // the KVM MSR filter (kvm/msr_filter.h).
+  // the KVM MSR filter (enforce/kvm_msr_filter.h). Enforced entries.
   struct NamedSpan {
     uint32_t first;
     uint32_t last;
@@ -187,6 +208,11 @@ class DomainSnapshot {
   // Decisions are deduplicated into entries_ (entries_[0] is the unknown-MSR
   // fallback) so the lookup tables hold 4-byte indices and stay in cache.
   std::vector<MsrEntry> entries_;
+  // LEARN: entries_ with what would fault relaxed, index for index.
+  std::vector<MsrEntry> relaxed_entries_;
+  // What Lookup reads: entries_, or relaxed_entries_ when learning_.
+  const MsrEntry* effective_ = nullptr;
+  bool learning_ = false;
   MsrIndex index_;  // msr -> entries_ index
   pvemu::v1::UnknownMsr unknown_msr_ = pvemu::v1::UNKNOWN_GP;
   std::vector<RuleOrigin> origins_;

@@ -9,10 +9,36 @@ namespace pvemu::policy {
 using pvemu::v1::ReadAction;
 using pvemu::v1::WriteAction;
 
+namespace {
+
+// A LEARN domain: what the guest gets instead of an enforcing fault.
+void AddLearning(const DomainSnapshot& d, absl::string_view given, absl::string_view answer,
+                 Explanation* x) {
+  x->learning_action = std::string(given);
+  absl::StrAppend(&x->detail, "; while domain ", x->domain, " learns (mode: LEARN, ",
+                  d.setting_origins().mode, ") it ", answer,
+                  " instead, and the access is recorded for pvemuctl suggest");
+}
+
+}  // namespace
+
 Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
                        std::optional<uint64_t> write_value) {
+  Explanation x = ExplainEnforcedMsr(snapshot, domain, msr, write_value);
   const DomainSnapshot& d = snapshot.ForDomain(domain);
-  const MsrEntry& e = d.Lookup(msr);
+  if (!d.learning() || x.action != "GP") return x;
+  if (x.write) {
+    AddLearning(d, "IGNORE", "completes and the value is dropped", &x);
+  } else {
+    AddLearning(d, "ZERO", "reads 0", &x);
+  }
+  return x;
+}
+
+Explanation ExplainEnforcedMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
+                               std::optional<uint64_t> write_value) {
+  const DomainSnapshot& d = snapshot.ForDomain(domain);
+  const MsrEntry& e = d.EnforcedLookup(msr);
   Explanation x;
   x.domain = domain;
   x.msr = msr;
@@ -104,7 +130,8 @@ Explanation ExplainPort(const Snapshot& snapshot, uint32_t domain, uint16_t port
   x.width = width;
   x.write = write_value.has_value();
   const uint32_t last = uint32_t{port} + width - 1;
-  const bool granted = snapshot.ForDomain(domain).PortAllowed(port, width);
+  const DomainSnapshot& d = snapshot.ForDomain(domain);
+  const bool granted = d.EnforcedPortAllowed(port, width);
   const std::string what =
       absl::StrFormat("%s of %u byte%s at port %#x", x.write ? "OUT" : "IN", width,
                       width == 1 ? "" : "s", port);
@@ -114,6 +141,9 @@ Explanation ExplainPort(const Snapshot& snapshot, uint32_t domain, uint16_t port
     if (!x.write) x.value = width >= 4 ? 0xffffffffu : (1u << (8 * width)) - 1;
     x.detail = absl::StrCat(what, ": not in the domain's io_port ranges; ",
                             x.write ? "the write is dropped" : "reads all ones");
+    if (d.learning()) {
+      AddLearning(d, "DEVICE", "goes to the device as if granted", &x);
+    }
     return x;
   }
   x.action = "DEVICE";
@@ -157,6 +187,7 @@ void ExplanationToProto(const Explanation& e, const Snapshot& snapshot,
   response->set_source(e.source);
   response->set_generation(snapshot.generation());
   response->set_detail(e.detail);
+  response->set_learning_action(e.learning_action);
 }
 
 }  // namespace pvemu::policy

@@ -31,12 +31,20 @@ struct Explanation {
   // Set when an I/O port was explained (msr and name are then unused).
   std::optional<uint16_t> port;
   uint8_t width = 0;  // the port access's bytes
+  // LEARN mode: the action the guest gets while learning when it differs
+  // from `action`, the enforcing one ("ZERO", "IGNORE", "DEVICE"); "" if not.
+  std::string learning_action;
   const char* access() const { return write ? "write" : "read"; }
 };
 
-// Explains a read (no write_value) or a write of `*write_value`.
+// Explains a read (no write_value) or a write of `*write_value`, as ENFORCE
+// answers it; in a LEARN domain, learning_action and detail also say how the
+// access is answered while learning.
 Explanation ExplainMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
                        std::optional<uint64_t> write_value = std::nullopt);
+// As ENFORCE answers it, whatever the domain's mode (no learning note).
+Explanation ExplainEnforcedMsr(const Snapshot& snapshot, uint32_t domain, uint32_t msr,
+                               std::optional<uint64_t> write_value = std::nullopt);
 
 // Explains an IN (no write_value) or OUT of `width` bytes (1, 2 or 4) at
 // `port`, as the trap path decides it (DomainSnapshot::PortAllowed): action

@@ -394,6 +394,19 @@ absl::StatusOr<EditResult> Store::ApplyLayer(LayerRef layer, const Policy& layer
                 layer.ToString());
 }
 
+absl::StatusOr<EditResult> Store::SetMode(LayerRef layer, pvemu::v1::PolicyMode mode,
+                                          const EditOptions& options) {
+  if (!pvemu::v1::PolicyMode_IsValid(mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mode ", static_cast<int>(mode), " is not a PolicyMode; use ENFORCE or LEARN"));
+  }
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckGeneration(options));
+  Policy candidate = policy_;
+  FindLayer(&candidate, layer, /*create=*/true)->set_mode(mode);
+  return Commit(std::move(candidate), SourceMap("SetMode"), options, "SetMode", layer.ToString());
+}
+
 absl::StatusOr<EditResult> Store::EditRule(LayerRef layer, const MsrRule& rule,
                                            const EditOptions& options, RuleEditKind kind) {
   absl::MutexLock lock(&mu_);

@@ -55,7 +55,7 @@ struct EditResult {
 // What the edit listener hears after each accepted edit.
 struct EditEvent {
   std::string who;
-  std::string method;  // "ApplyPolicy", "ApplyLayer", "SetRule", "DeleteRule", "FleetApply"
+  std::string method;  // "ApplyPolicy", "ApplyLayer", "SetRule", "DeleteRule", "SetMode", "FleetApply"
   std::string layer;   // "all", "default", "domain 3"
   uint64_t generation = 0;
   std::string diff;
@@ -111,6 +111,12 @@ class Store {
   // NOT_FOUND if there is none.
   absl::StatusOr<EditResult> DeleteRule(LayerRef layer, const pvemu::v1::MsrRule& rule,
                                         const EditOptions& options);
+  // Sets the layer's `mode` (ENFORCE or LEARN). A domain without a layer
+  // gets one holding only the mode, so a domain can start learning before
+  // any rule is written for it; its other decisions stay the default
+  // layer's.
+  absl::StatusOr<EditResult> SetMode(LayerRef layer, pvemu::v1::PolicyMode mode,
+                                     const EditOptions& options);
 
   // Replaces the whole policy and publishes it at `generation` rather than
   // the next one: fleet mode, where the generation is the etcd revision the

@@ -142,6 +142,22 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
     }
     FillMsrStats(dispatcher_.CountsByKey().msrs, *request, response);
   }
+  if (request->learned()) {
+    for (const dispatch::LearnedAccess& a : dispatcher_.Learned()) {
+      if (request->has_domain() && a.domain != request->domain()) continue;
+      v1::LearnedAccess* l = response->add_learned();
+      l->set_domain(a.domain);
+      l->set_instruction(std::string(dispatch::InstructionLabel(static_cast<int>(a.insn))));
+      l->set_index(a.index);
+      l->set_access(a.write ? "write" : "read");
+      l->set_width(a.width);
+      l->set_count(a.count);
+      l->set_rule(a.rule);
+      l->set_enforcing(a.enforcing);
+      l->set_given(a.given);
+      l->set_rip(a.rip);
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -135,8 +135,11 @@ void ExpositionWriter::Sample(absl::string_view name, const Labels& labels, doub
 RpcMetrics::RpcMetrics() {
   const google::protobuf::DescriptorPool* pool =
       google::protobuf::DescriptorPool::generated_pool();
+  // Every service pvemud serves: the KVM data planes' streams and the
+  // fleet's service count under their own names, never as "other".
   for (const char* service : {"pvemu.v1.PolicyService", "pvemu.v1.EmulatorService",
-                              "pvemu.v1.AuditService"}) {
+                              "pvemu.v1.AuditService", "pvemu.v1.KvmService",
+                              "pvemu.v1.FleetService"}) {
     const google::protobuf::ServiceDescriptor* d = pool->FindServiceByName(service);
     if (d == nullptr) continue;
     for (int i = 0; i < d->method_count(); ++i) {

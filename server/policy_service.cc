@@ -211,6 +211,32 @@ grpc::Status PolicyServiceImpl::EditRule(grpc::ServerContext* context, const Req
   return grpc::Status::OK;
 }
 
+grpc::Status PolicyServiceImpl::SetMode(grpc::ServerContext* context,
+                                        const v1::SetModeRequest* request,
+                                        v1::EditResponse* response) {
+  REQUIRE_ROLE(Role::kEditor, "editing");
+  auto layer = LayerOf(request->layer(), request->has_layer(), true);
+  if (!layer.ok()) return ToGrpc(layer.status());
+  if (fleet_ != nullptr) {
+    // A fleet level's mode is a field of its value, like any other.
+    return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
+        "this host (", fleet_->keys().host_id(), ") is in fleet mode: set `mode: ",
+        v1::PolicyMode_Name(request->mode()),
+        "` in the fleet level's value and apply it with `pvemuctl fleet apply -f FILE "
+        "--layer=...`")));
+  }
+  const policy::EditOptions options = EditOptionsFor(request->if_generation(), auth_, *context);
+  policy::Store& store = store_;
+  const policy::LayerRef target = **layer;
+  const v1::PolicyMode mode = request->mode();
+  auto result = Timed([&store, &target, mode, &options] {
+    return store.SetMode(target, mode, options);
+  });
+  if (!result.ok()) return ToGrpc(result.status());
+  FillEdit(*result, response);
+  return grpc::Status::OK;
+}
+
 grpc::Status PolicyServiceImpl::SetRule(grpc::ServerContext* context,
                                         const v1::SetRuleRequest* request,
                                         v1::EditResponse* response) {

@@ -1,5 +1,6 @@
 // PolicyService: reading and editing the live policy (GetPolicy,
-// ApplyPolicy, SetRule, DeleteRule, DiffPolicy, ListDomains, Explain), thin
+// ApplyPolicy, SetRule, DeleteRule, SetMode, DiffPolicy, ListDomains,
+// Explain), thin
 // translations between pvemu.v1 messages and policy::Store; in fleet mode a
 // domain overlay's edit goes to etcd through fleet::Fleet.
 #ifndef PVEMU_SERVER_POLICY_SERVICE_H_
@@ -44,6 +45,8 @@ class PolicyServiceImpl final : public v1::PolicyService::Service {
                        v1::EditResponse* response) override;
   grpc::Status DeleteRule(grpc::ServerContext* context, const v1::DeleteRuleRequest* request,
                           v1::EditResponse* response) override;
+  grpc::Status SetMode(grpc::ServerContext* context, const v1::SetModeRequest* request,
+                       v1::EditResponse* response) override;
   grpc::Status DiffPolicy(grpc::ServerContext* context, const v1::DiffPolicyRequest* request,
                           v1::DiffPolicyResponse* response) override;
   grpc::Status ListDomains(grpc::ServerContext* context, const v1::ListDomainsRequest* request,
