@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -260,11 +261,44 @@ absl::Status PolicyEditRule(bool set) {
   return absl::OkStatus();
 }
 
+// policy set-mode --domain=N|default learn|enforce.
+absl::Status PolicySetMode(const std::string& word) {
+  v1::PolicyMode mode;
+  if (!v1::PolicyMode_Parse(absl::AsciiStrToUpper(word), &mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown mode '", word, "'; use learn or enforce"));
+  }
+  v1::SetModeRequest request;
+  bool has_layer = false;
+  RETURN_IF_ERROR(ParseLayer(true, request.mutable_layer(), &has_layer));
+  request.set_mode(mode);
+  ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
+  request.set_if_generation(if_generation);
+  ASSIGN_OR_RETURN(auto stub, PolicyStub());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::EditResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub->SetMode(&context, request, &response)));
+  PrintGeneration(response);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunPolicy(const Args& args) {
+  if (args.size() == 2 && args[0] == "set-mode") {
+    absl::Status status = PolicySetMode(args[1]);
+    if (!status.ok() && status.code() == absl::StatusCode::kInvalidArgument &&
+        absl::StartsWith(status.message(), "unknown mode")) {
+      return UsageError(std::string(status.message()));
+    }
+    return status.ok() ? kExitOk : Fail(status);
+  }
+  if (!args.empty() && args[0] == "set-mode") {
+    return UsageError("policy set-mode needs one word: learn or enforce (and --domain=N|default)");
+  }
   if (args.size() != 1) {
-    return UsageError("policy needs one of: get, apply, set-rule, delete-rule, diff");
+    return UsageError("policy needs one of: get, apply, set-rule, delete-rule, set-mode, diff");
   }
   const std::string& sub = args[0];
   absl::Status status;
@@ -280,7 +314,7 @@ int RunPolicy(const Args& args) {
     status = PolicyEditRule(false);
   } else {
     return UsageError(absl::StrCat("unknown policy command '", sub,
-                                   "'; use get, apply, set-rule, delete-rule or diff"));
+                                   "'; use get, apply, set-rule, delete-rule, set-mode or diff"));
   }
   return status.ok() ? kExitOk : Fail(status);
 }
@@ -375,9 +409,13 @@ namespace {
 absl::StatusOr<v1::StatsRequest> StatsRequestFromFlags() {
   v1::StatsRequest request;
   request.set_msrs(absl::GetFlag(FLAGS_msrs));
+  request.set_learned(absl::GetFlag(FLAGS_learned));
+  if (request.msrs() && request.learned()) {
+    return absl::InvalidArgumentError("stats: give --msrs or --learned, not both");
+  }
   if (std::string domain = absl::GetFlag(FLAGS_domain); !domain.empty()) {
-    if (!request.msrs()) {
-      return absl::InvalidArgumentError("stats: --domain goes with --msrs");
+    if (!request.msrs() && !request.learned()) {
+      return absl::InvalidArgumentError("stats: --domain goes with --msrs or --learned");
     }
     ASSIGN_OR_RETURN(uint32_t id, ParseNumber32(domain, "--domain"));
     request.set_domain(id);
@@ -441,6 +479,38 @@ void PrintStatsJson(const v1::StatsResponse& response) {
 
 // The daemon's totals for a reader, then in fleet mode where the policy
 // comes from, whether it may be behind etcd, and the last revision refused.
+// stats --learned: one line per access a learning domain made that ENFORCE
+// would fault, with its count and its first occurrence.
+void PrintLearned(const v1::StatsResponse& response) {
+  if (!JsonOutput()) {
+    std::printf("%-7s %-6s %-10s %-6s %10s %-7s %-7s %-18s %s\n", "DOMAIN", "INSN", "INDEX",
+                "ACCESS", "COUNT", "ENFORCE", "GIVEN", "FIRST_RIP", "RULE");
+  }
+  for (const v1::LearnedAccess& l : response.learned()) {
+    const std::string index = absl::StrCat(
+        "0x", absl::Hex(l.index()), l.width() > 1 ? absl::StrCat("+", l.width()) : "");
+    if (JsonOutput()) {
+      JsonLine()
+          .Num("domain", l.domain())
+          .Str("instruction", l.instruction())
+          .Str("index", absl::StrCat("0x", absl::Hex(l.index())))
+          .Str("access", l.access())
+          .Num("width", l.width())
+          .Num("count", l.count())
+          .Str("enforcing", l.enforcing())
+          .Str("given", l.given())
+          .Str("rip", absl::StrCat("0x", absl::Hex(l.rip())))
+          .Str("rule", l.rule())
+          .Print();
+    } else {
+      std::printf("%-7u %-6s %-10s %-6s %10llu %-7s %-7s 0x%-16llx %s\n", l.domain(),
+                  l.instruction().c_str(), index.c_str(), l.access().c_str(),
+                  static_cast<unsigned long long>(l.count()), l.enforcing().c_str(),
+                  l.given().c_str(), static_cast<unsigned long long>(l.rip()), l.rule().c_str());
+    }
+  }
+}
+
 void PrintStatsText(const v1::StatsResponse& response) {
   std::printf(
       "host        %s\nuptime      %.0f s\ngeneration  %llu (%llu edits)\n"
@@ -482,6 +552,8 @@ int RunStats(const Args& args) {
   if (!response.ok()) return Fail(response.status());
   if (request->msrs()) {
     PrintMsrStats(*response);
+  } else if (request->learned()) {
+    PrintLearned(*response);
   } else if (JsonOutput()) {
     PrintStatsJson(*response);
   } else {

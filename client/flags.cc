@@ -43,6 +43,8 @@ ABSL_FLAG(std::string, out, "", "import: the trap log to write (.textproto or .t
 ABSL_FLAG(bool, progress, false, "replay: draw a progress bar on a terminal");
 ABSL_FLAG(std::string, count, "", "watch: stop after this many events");
 ABSL_FLAG(bool, msrs, false, "stats: list the MSRs each domain touched, by access and action");
+ABSL_FLAG(bool, learned, false,
+          "stats: list what learning domains did that ENFORCE would fault (mode: LEARN)");
 ABSL_FLAG(std::string, interval, "1", "top: seconds between samples");
 ABSL_FLAG(bool, once, false, "top: print one snapshot and exit");
 ABSL_FLAG(std::string, layer, "",

@@ -37,6 +37,7 @@ ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(bool, progress);
 ABSL_DECLARE_FLAG(std::string, count);
 ABSL_DECLARE_FLAG(bool, msrs);
+ABSL_DECLARE_FLAG(bool, learned);
 ABSL_DECLARE_FLAG(std::string, interval);
 ABSL_DECLARE_FLAG(bool, once);
 ABSL_DECLARE_FLAG(std::string, timeout);

@@ -54,6 +54,9 @@ void TrapCapture::OnTrap(const emulator::Trap& trap, const emulator::Outcome& ou
     expect->set_value((outcome.regs.gpr[emulator::kRdx] << 32) |
                       (outcome.regs.gpr[emulator::kRax] & 0xffffffffu));
   }
+  // A learning domain's access ENFORCE would fault: the answer above is the
+  // relaxed one, and replay --changes and suggest read this bit.
+  if (outcome.relaxed) expect->set_relaxed(true);
   absl::Status status = impl_->writer->Append(rec);
   if (!status.ok()) {
     impl_->error = status;

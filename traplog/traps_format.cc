@@ -320,6 +320,7 @@ uint8_t StoreExpect(const v1::Expectation& expect, char* r) {
     Store32(r + kExpectCpuid + 8, c.ecx());
     Store32(r + kExpectCpuid + 12, c.edx());
   }
+  if (expect.relaxed()) flags |= kRelaxedSet;
   return flags;
 }
 
@@ -386,6 +387,7 @@ void DecodeTrapsRecord(const char* r, v1::TrapRecord* record) {
       expect->set_vector(static_cast<v1::Vector>(Load8(r + kExpectVector)));
     }
     if (flags & kValueSet) expect->set_value(Load64(r + kExpectValue));
+    if (flags & kRelaxedSet) expect->set_relaxed(true);
     if (flags & kCpuidSet) {
       v1::CpuidRegs* c = expect->mutable_cpuid();
       c->set_eax(Load32(r + kExpectCpuid));

@@ -65,8 +65,12 @@ constexpr uint8_t kValueSet = 0x04;
 constexpr uint8_t kCpuidSet = 0x08;
 constexpr uint8_t kTrapSet = 0x10;
 constexpr uint8_t kRegsSet = 0x20;
-constexpr uint8_t kKnownFlags = 0x3f;
-constexpr uint8_t kExpectParts = kVectorSet | kValueSet | kCpuidSet;
+// Expectation.relaxed: the answer a learning domain got where ENFORCE would
+// fault (an MSR) or float (a port). Readers before it refuse the bit as
+// reserved, never misread it.
+constexpr uint8_t kRelaxedSet = 0x40;
+constexpr uint8_t kKnownFlags = 0x7f;
+constexpr uint8_t kExpectParts = kVectorSet | kValueSet | kCpuidSet | kRelaxedSet;
 
 inline uint8_t Load8(const char* p) { return static_cast<uint8_t>(*p); }
 inline uint32_t Load32(const char* p) {
