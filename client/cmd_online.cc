@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
+#include "client/learn.h"
 #include "client/commands.h"
 #include "client/flags.h"
 #include "client/rule_flags.h"
@@ -199,6 +200,7 @@ absl::Status FillFromPolicyFile(Request* request) {
 absl::Status PolicyApply() {
   v1::ApplyPolicyRequest request;
   RETURN_IF_ERROR(FillFromPolicyFile(&request));
+
   ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
   request.set_if_generation(if_generation);
   ASSIGN_OR_RETURN(auto stub, PolicyStub());
@@ -304,6 +306,15 @@ int RunPolicy(const Args& args) {
   absl::Status status;
   if (sub == "get") {
     status = PolicyGet();
+  } else if (sub == "apply" && absl::GetFlag(FLAGS_dry_run)) {
+    // The report is the answer: its exit code (0, 2 changes, 1 an error).
+    v1::ApplyPolicyRequest request;
+    if (absl::Status read = FillFromPolicyFile(&request); !read.ok()) {
+      std::fprintf(stderr, "pvemuctl: %s\n", std::string(read.message()).c_str());
+      return kExitInvalid;
+    }
+    return RunApplyDryRun(request.textproto(), request.source_name(),
+                          request.has_layer() ? &request.layer() : nullptr);
   } else if (sub == "apply") {
     status = PolicyApply();
   } else if (sub == "diff") {

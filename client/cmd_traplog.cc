@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cli.h"
+#include "client/learn.h"
 #include "client/commands.h"
 #include "client/flags.h"
 #include "client/offline.h"
@@ -278,20 +279,52 @@ absl::Status Suggest(const Args& logs) {
   }
   policy::PolicyDrafter drafter;
   policy::MsrAccess access;
+  const auto add_msr = [&](v1::TrapRecord&& rec) {
+    if (!ToMsrAccess(std::move(rec), &access)) return;
+    if (domain.has_value()) access.domain = *domain;
+    drafter.Add(access);
+  };
+  // Captures (a PVTRAPS header, or a .textproto trap log) and host logs,
+  // mixed freely: a capture's relaxed records are learned evidence.
+  policy::LearnedDrafter learned;
+  Args host_logs;
+  uint64_t capture_records = 0;
+  for (const std::string& log : logs) {
+    if (!IsTrapLog(log)) {
+      host_logs.push_back(log);
+      continue;
+    }
+    RETURN_IF_ERROR(ReadCapture(log, domain, &learned, [&](v1::TrapRecord&& rec) {
+      ++capture_records;
+      add_msr(std::move(rec));
+    }));
+  }
   ASSIGN_OR_RETURN(traplog::ImportStats stats,
-                   ImportAll(logs, [&](v1::TrapRecord&& rec) -> absl::Status {
-                     if (!ToMsrAccess(std::move(rec), &access)) return absl::OkStatus();
-                     if (domain.has_value()) access.domain = *domain;
-                     drafter.Add(access);
+                   ImportAll(host_logs, [&](v1::TrapRecord&& rec) -> absl::Status {
+                     add_msr(std::move(rec));
                      return absl::OkStatus();
                    }));
+  if (!learned.empty()) {
+    // Learned evidence says exactly what a domain needs beyond its policy:
+    // the draft is that, and not a copy of what the policy already allowed.
+    PrintLearnedDraft(
+        learned.Draft(),
+        absl::StrCat("# Drafted by pvemuctl suggest from ", learned.accesses(),
+                     " distinct accesses learning domains made that ENFORCE would fault\n"
+                     "# (the relaxed records of ", logs.size() - host_logs.size(),
+                     " capture(s)); accesses the policy allowed need no rule.\n"
+                     "# Put it after the policy it was learned under (a domain with a layer of "
+                     "its own there:\n# add these rules to that layer), then switch the domain "
+                     "to ENFORCE.\n"));
+    return absl::OkStatus();
+  }
   if (JsonOutput()) {
     for (const policy::DraftedRule& drafted : drafter.Rules()) PrintSuggestionJson(drafted);
     return absl::OkStatus();
   }
   std::printf("# Drafted by pvemuctl suggest from %lld trap lines of %zu log(s).\n"
               "# Each rule reproduces what the host did; review before applying.\n%s",
-              static_cast<long long>(stats.traps), logs.size(),
+              static_cast<long long>(stats.traps + capture_records), logs.size(),
               domain.has_value() ? ""
                                  : "# Domains are as the logs name them (KVM: the VMM's pid); "
                                    "--domain=N drafts them all for domain N.\n");
@@ -309,6 +342,7 @@ int RunImport(const Args& args) {
 }
 
 int RunReplay(const Args& args) {
+  if (absl::GetFlag(FLAGS_changes)) return RunReplayChanges(args);
   if (args.empty()) return UsageError("replay needs TRAPLOG...");
   ReplaySummary summary;
   absl::Status status = absl::GetFlag(FLAGS_server).empty()
@@ -338,7 +372,11 @@ int RunReplay(const Args& args) {
 }
 
 int RunSuggest(const Args& args) {
-  if (args.empty()) return UsageError("suggest needs LOG...");
+  if (!absl::GetFlag(FLAGS_server).empty()) {
+    if (!args.empty()) return UsageError("suggest --server drafts from pvemud alone: drop LOG...");
+    return RunSuggestFromServer();
+  }
+  if (args.empty()) return UsageError("suggest needs LOG... (or --server=ADDR)");
   absl::Status status = Suggest(args);
   return status.ok() ? kExitOk : Fail(status);
 }

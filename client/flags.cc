@@ -43,6 +43,12 @@ ABSL_FLAG(std::string, out, "", "import: the trap log to write (.textproto or .t
 ABSL_FLAG(bool, progress, false, "replay: draw a progress bar on a terminal");
 ABSL_FLAG(std::string, count, "", "watch: stop after this many events");
 ABSL_FLAG(bool, msrs, false, "stats: list the MSRs each domain touched, by access and action");
+ABSL_FLAG(bool, changes, false,
+          "replay: decide each recorded trap under the candidate (--policy, or --server's live "
+          "policy) and list what would be answered differently");
+ABSL_FLAG(bool, dry_run, false, "policy apply: check the edit against --against and apply nothing");
+ABSL_FLAG(std::vector<std::string>, against, {},
+          "policy apply --dry-run: the captures (comma-separated) to check the edit against");
 ABSL_FLAG(bool, learned, false,
           "stats: list what learning domains did that ENFORCE would fault (mode: LEARN)");
 ABSL_FLAG(std::string, interval, "1", "top: seconds between samples");

@@ -4,6 +4,7 @@
 #define PVEMU_CLIENT_FLAGS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 
@@ -38,6 +39,9 @@ ABSL_DECLARE_FLAG(bool, progress);
 ABSL_DECLARE_FLAG(std::string, count);
 ABSL_DECLARE_FLAG(bool, msrs);
 ABSL_DECLARE_FLAG(bool, learned);
+ABSL_DECLARE_FLAG(bool, changes);
+ABSL_DECLARE_FLAG(bool, dry_run);
+ABSL_DECLARE_FLAG(std::vector<std::string>, against);
 ABSL_DECLARE_FLAG(std::string, interval);
 ABSL_DECLARE_FLAG(bool, once);
 ABSL_DECLARE_FLAG(std::string, timeout);

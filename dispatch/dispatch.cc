@@ -521,8 +521,10 @@ void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const em
       decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
   if (msr_insn && msr_lookup) {
     const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
+    // A relaxed access's first is the learning log's (NoteFirstLearned).
     if (tables.CountMsr(trap.domain, view_->looked_up_msr(), write, view_->decision(),
-                        out.relaxed)) [[unlikely]] {
+                        out.relaxed) &&
+        !out.relaxed) [[unlikely]] {
       LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view_->looked_up_msr(), write, view_->decision(),
                      trap.regs.rip);
     }
