@@ -318,6 +318,13 @@ DataPlane::DataPlane(const DataPlaneOptions& options)
 
 DataPlane::~DataPlane() {
   subscription_.reset();  // stops the thread that calls Apply
+  if (capture_ != nullptr) {
+    // The VMM closes its vCPUs first, so no exit is in flight: the log is
+    // complete. A failure to write it can only be dropped here (the C ABI's
+    // close returns nothing); the file is then absent, never half-written.
+    dispatcher_->RemoveObserver(capture_.get());
+    (void)capture_->Close();
+  }
 }
 
 double DataPlane::NanosPerTick() const {
@@ -365,6 +372,12 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
   }
   plane->dispatcher_ = std::make_unique<dispatch::Dispatcher>(
       *plane->store_, *plane->host_, nullptr, dispatch::DispatchOptions{});
+  if (!options.capture.empty()) {
+    // Every exit decided, with the answer the guest got (and the relaxed
+    // bit of a learning domain), for `pvemuctl replay` and `suggest`.
+    ASSIGN_OR_RETURN(plane->capture_, dispatch::TrapCapture::Open(options.capture));
+    RETURN_IF_ERROR(plane->dispatcher_->AddObserver(plane->capture_.get()));
+  }
   if (!options.server.empty()) {
     // Audited traps travel to the daemon's watchers; standalone, nobody
     // watches and the trap path keeps its observer-free branch.

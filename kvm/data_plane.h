@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dispatch/dispatch.h"
+#include "dispatch/trap_capture.h"
 #include "emulator/host.h"
 #include "kvm/audit_ring.h"
 #include "enforce/kvm_msr_filter.h"
@@ -41,6 +42,7 @@ struct DataPlaneOptions {
   absl::Duration connect_timeout = absl::Seconds(5);
   std::string host = "sim";  // "sim" or "linux"
   std::string host_profile;  // sim: a profile's name or file; "": the default
+  std::string capture;       // a trap log of every exit decided ("": none)
 };
 
 class DataPlane;
@@ -119,6 +121,7 @@ class DataPlane {
   std::unique_ptr<policy::Store> store_;
   std::unique_ptr<AuditRing> audit_ring_;  // subscribed only; outlives the dispatcher
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
+  std::unique_ptr<dispatch::TrapCapture> capture_;  // options_.capture; observes dispatcher_
   std::unique_ptr<PolicySubscription> subscription_;
   std::atomic<uint64_t> generation_{0};
 

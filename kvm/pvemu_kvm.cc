@@ -172,6 +172,10 @@ int pvemu_kvm_open(const struct pvemu_kvm_options* options, pvemu_kvm** out) {
     }
     if (options->host != nullptr && *options->host != 0) o.host = options->host;
     o.host_profile = OrEmpty(options->host_profile);
+    // Appended fields: read only when the caller's struct holds them.
+    if (options->size >= offsetof(pvemu_kvm_options, capture) + sizeof(char*)) {
+      o.capture = OrEmpty(options->capture);
+    }
     absl::StatusOr<std::unique_ptr<pvemu::kvm::DataPlane>> plane =
         pvemu::kvm::DataPlane::Open(o);
     if (!plane.ok()) return Fail(plane.status());

@@ -100,6 +100,12 @@ struct pvemu_kvm_options {
   /* sim only: a shipped host profile's name ("amd-epyc-7443p") or a
    * profile file; NULL or "": the shipped Intel profile. */
   const char *host_profile;
+  /* Appended (a caller whose size ends before it reads as NULL): a trap
+   * log (.traps, or .textproto) that records every exit pvemu decides, with
+   * the answer the guest got and, for an access a learning domain got
+   * relaxed, that it was (`pvemuctl replay` and `suggest` read it). Written
+   * out completely by pvemu_kvm_close. NULL or "": no capture. */
+  const char *capture;
 };
 
 /*

@@ -17,7 +17,8 @@ namespace {
 const char kUsage[] =
     "Usage: pvemu-vm --domain=N (--policy=FILE|NAME | --server=ADDR)\n"
     "                [--host=sim|linux] [--host-profile=NAME|FILE] [--vcpus=N]\n"
-    "                [--memory=MIB] [--timeout=SECONDS] [--stats] [-o json] IMAGE\n"
+    "                [--memory=MIB] [--timeout=SECONDS] [--capture=FILE] [--stats]\n"
+    "                [-o json] IMAGE\n"
     "\n"
     "Runs the flat binary IMAGE on KVM, loaded at guest-physical 0x100000 and\n"
     "entered there in 64-bit long mode on every vCPU; pvemu decides the guest's\n"
@@ -31,6 +32,8 @@ const char kUsage[] =
     "  --vcpus=N             vCPUs, 1 to KVM_CAP_NR_VCPUS (default 1)\n"
     "  --memory=MIB          guest RAM from guest-physical 0, 2 to 1024 (default 64)\n"
     "  --timeout=SECONDS     end the run with status 124 after this (default 30)\n"
+    "  --capture=FILE        record every exit pvemu decides to a trap log (.traps or\n"
+    "                        .textproto) for pvemuctl replay and suggest\n"
     "  --stats               print the summary to stderr at the end\n"
     "  -o json               print the summary as JSON on stdout's last line\n"
     "\n"
@@ -41,6 +44,7 @@ const char kUsage[] =
 // getopt_long's values for the long options without a short form.
 enum : int {
   kDomain = 256, kPolicy, kServer, kHost, kHostProfile, kVcpus, kMemory, kTimeout, kStats,
+  kCapture,
 };
 
 const option kOptions[] = {
@@ -53,6 +57,7 @@ const option kOptions[] = {
     {"memory", required_argument, nullptr, kMemory},
     {"timeout", required_argument, nullptr, kTimeout},
     {"stats", no_argument, nullptr, kStats},
+    {"capture", required_argument, nullptr, kCapture},
     {"output", required_argument, nullptr, 'o'},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0},
@@ -137,6 +142,7 @@ void ApplyOption(int c, const char* arg, char** argv, Flags* f) {
       break;
     case kHost: f->host = ParseHost(arg); break;
     case kHostProfile: f->host_profile = arg; break;
+    case kCapture: f->capture = arg; break;
     case kVcpus: f->vcpus = ParseVcpus(arg); break;
     case kMemory: f->memory_mib = ParseMemoryMib(arg); break;
     case kTimeout: f->timeout_s = ParseTimeout(arg); break;

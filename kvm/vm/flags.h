@@ -16,6 +16,7 @@ struct Flags {
   std::string server;
   std::string host = "sim";
   std::string host_profile;
+  std::string capture;  // --capture: a trap log of every exit pvemu decides
   uint32_t vcpus = 1;
   uint64_t memory_mib = 64;
   double timeout_s = 30;

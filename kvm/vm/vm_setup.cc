@@ -89,6 +89,7 @@ pvemu_kvm* OpenPvemu(const Flags& f) {
   options.connect_timeout_ms = 5000;
   options.host = f.host.c_str();
   options.host_profile = f.host_profile.empty() ? nullptr : f.host_profile.c_str();
+  options.capture = f.capture.empty() ? nullptr : f.capture.c_str();
   pvemu_kvm* pvemu = nullptr;
   if (const int rc = pvemu_kvm_open(&options, &pvemu); rc < 0) {
     Fail("pvemu_kvm_open (%s %s) failed: %s", f.policy.empty() ? "--server" : "--policy",

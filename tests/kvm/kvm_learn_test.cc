@@ -1,0 +1,171 @@
+// From learning to enforcing on real KVM guests (pvemu-vm, pvemuctl, pvemud):
+// a guest touching a known set of MSRs and ports runs under a deny-by-default
+// policy in LEARN and sees no #GP; `suggest` from its capture drafts a layer;
+// the same guest under the base policy plus that layer in ENFORCE prints
+// exactly what it printed while learning; a guest touching one more MSR
+// faults on exactly that one; `replay --changes` of the capture against the
+// base policy exits 2 and lists exactly the relaxed accesses, the MSR ones
+// BREAKING. Then the same loop subscribed to a real pvemud, switched to
+// LEARN with `policy set-mode`.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/kvm/kvm_test_util.h"
+
+namespace pvemu::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr int kDomain = 1;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct CtlRun {
+  int status = -1;
+  std::string out, err;
+};
+CtlRun Ctl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {PvemuctlPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess ctl;
+  CtlRun run;
+  if (!ctl.Start(argv)) {
+    run.err = ctl.stderr_text();
+    return run;
+  }
+  while (ctl.Pump(std::chrono::milliseconds(100))) {
+  }
+  run.status = ctl.Wait();
+  run.out = ctl.stdout_text();
+  run.err = ctl.stderr_text();
+  return run;
+}
+
+class KvmLearnTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PVEMU_REQUIRE_KVM();
+    dir_ = (std::filesystem::temp_directory_path() /
+            absl::StrCat("pvemu-kvm-learn.", getpid(), ".",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    base_ = TestPolicyPath("learn-base");
+    learning_ = dir_ + "/learning.textproto";
+    std::ofstream(learning_) << ReadFile(base_) << "domain { domain: 1 mode: LEARN }\n";
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  VmRun Run(const std::string& guest, const std::string& policy_or_server,
+            const std::string& capture = "") {
+    std::vector<std::string> argv = {PvemuVmPath(), absl::StrCat("--domain=", kDomain),
+                                     policy_or_server, "--timeout=120"};
+    if (!capture.empty()) argv.push_back("--capture=" + capture);
+    argv.push_back(GuestPath(guest));
+    return RunVmCommand(argv, /*json=*/false);
+  }
+
+  // The loop from a capture: draft, check, enforce, one MSR more.
+  void CheckLoop(const VmRun& learning, const std::string& capture) {
+    ASSERT_EQ(learning.status, 0) << learning.Describe();
+    EXPECT_THAT(learning.console, HasSubstr("cpu0: gp 0\n")) << learning.Describe();
+    const CtlRun draft = Ctl({"suggest", capture});
+    ASSERT_EQ(draft.status, 0) << draft.err;
+    EXPECT_THAT(draft.out, HasSubstr("msr: \"0x12345602\"\n    read: ZERO\n    write: IGNORE"));
+    EXPECT_THAT(draft.out, HasSubstr("msr: \"0x12345610\"\n    read: ZERO\n"));
+    EXPECT_THAT(draft.out, HasSubstr("io_port {\n    first: 1296\n    last: 1299"));
+    EXPECT_THAT(draft.out, Not(HasSubstr("0x12345601")));  // allowed while enforcing
+    const std::string enforcing = dir_ + "/enforcing.textproto";
+    std::ofstream(enforcing) << ReadFile(base_) << draft.out;
+    const CtlRun valid = Ctl({"validate", enforcing});
+    ASSERT_EQ(valid.status, 0) << valid.out << valid.err;
+
+    const VmRun enforced = Run("learn", "--policy=" + enforcing);
+    ASSERT_EQ(enforced.status, 0) << enforced.Describe();
+    EXPECT_EQ(enforced.console, learning.console);
+    const VmRun more = Run("learn_more", "--policy=" + enforcing);
+    ASSERT_EQ(more.status, 0) << more.Describe();
+    // Everything as while learning, then exactly one fault: the new MSR's.
+    const std::string seen = learning.console.substr(0, learning.console.find("cpu0: gp 0"));
+    EXPECT_TRUE(absl::StartsWith(more.console, seen)) << more.Describe();
+    EXPECT_THAT(more.console.substr(seen.size()), HasSubstr("0x12345620"));
+    EXPECT_TRUE(absl::EndsWith(more.console, "cpu0: gp 1\n")) << more.Describe();
+
+    const CtlRun changes = Ctl({"replay", "--changes", "--policy=" + base_, capture});
+    EXPECT_EQ(changes.status, 2) << changes.out << changes.err;
+    EXPECT_THAT(changes.out, HasSubstr("domain 1 rdmsr 0x12345602 read: recorded completed 0x0, "
+                                       "candidate exception #GP, 2 traps"));
+    EXPECT_THAT(changes.out, HasSubstr("domain 1 wrmsr 0x12345602 write: recorded completed, "
+                                       "candidate exception #GP, 1 trap"));
+    EXPECT_THAT(changes.out, HasSubstr("domain 1 rdmsr 0x12345610 read"));
+    EXPECT_THAT(changes.out, HasSubstr("domain 1 in 0x510 read: recorded device, candidate "
+                                       "completed, 1 trap, rule io_port\n"));
+    EXPECT_THAT(changes.out, HasSubstr("domain 1 out 0x510 write: recorded device, candidate "
+                                       "completed, 1 trap, rule io_port\n"));
+    EXPECT_THAT(changes.out, HasSubstr("5 accesses answered differently (3 breaking)"));
+    const CtlRun same = Ctl({"replay", "--changes", "--policy=" + enforcing, capture});
+    EXPECT_EQ(same.status, 0) << same.out << same.err;
+  }
+
+  std::string dir_, base_, learning_;
+};
+
+TEST_F(KvmLearnTest, StandaloneLearnThenEnforceGivesTheGuestWhatItSawWhileLearning) {
+  const std::string capture = dir_ + "/learn.traps";
+  const VmRun learning = Run("learn", "--policy=" + learning_, capture);
+  ASSERT_NO_FATAL_FAILURE(CheckLoop(learning, capture));
+  // Under the base policy in ENFORCE the same guest faults: 4 #GPs.
+  const VmRun base = Run("learn", "--policy=" + base_);
+  ASSERT_EQ(base.status, 0) << base.Describe();
+  EXPECT_THAT(base.console, HasSubstr("cpu0: gp 4\n"));
+}
+
+TEST_F(KvmLearnTest, SubscribedToPvemudSwitchedToLearnWithSetMode) {
+  ChildProcess daemon;
+  const std::string socket = dir_ + "/pvemu.sock";
+  ASSERT_TRUE(daemon.Start({PvemudPath(), "--listen=unix:" + socket,
+                            "--state-dir=" + dir_ + "/state", "--policy=" + base_}))
+      << daemon.stderr_text();
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(30)))
+      << daemon.stderr_text();
+  const std::string server = "--server=unix:" + socket;
+  const CtlRun learn = Ctl({server, "policy", "set-mode", "--domain=1", "learn"});
+  ASSERT_EQ(learn.status, 0) << learn.out << learn.err;
+  const std::string capture = dir_ + "/learn.traps";
+  const VmRun learning = Run("learn", server, capture);
+  ASSERT_NO_FATAL_FAILURE(CheckLoop(learning, capture));
+  // Back to ENFORCE, live: the next VM faults as the base policy says.
+  const CtlRun enforce = Ctl({server, "policy", "set-mode", "--domain=1", "enforce"});
+  ASSERT_EQ(enforce.status, 0) << enforce.out << enforce.err;
+  const VmRun after = Run("learn", server);
+  ASSERT_EQ(after.status, 0) << after.Describe();
+  EXPECT_THAT(after.console, HasSubstr("cpu0: gp 4\n"));
+  daemon.Signal(SIGTERM);
+  daemon.Wait();
+}
+
+}  // namespace
+}  // namespace pvemu::testing
