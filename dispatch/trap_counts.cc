@@ -61,4 +61,37 @@ absl::string_view InstructionLabel(int insn) {
   }
 }
 
+absl::string_view OutcomeLabel(emulator::OutcomeKind kind) {
+  switch (kind) {
+    case emulator::OutcomeKind::kCompleted: return "completed";
+    case emulator::OutcomeKind::kException: return "exception";
+    case emulator::OutcomeKind::kUnhandled: return "unhandled";
+    case emulator::OutcomeKind::kDeviceIo: return "device_io";
+  }
+  return "unknown";
+}
+
+std::optional<int> InstructionFromLabel(absl::string_view label) {
+  for (int insn = 0; insn <= TrapCountTables::kUndecodable; ++insn) {
+    if (InstructionLabel(insn) == label) return insn;
+  }
+  return std::nullopt;
+}
+
+std::optional<emulator::OutcomeKind> OutcomeFromLabel(absl::string_view label) {
+  for (int kind = 1; kind <= TrapCountTables::kOutcomes; ++kind) {
+    if (OutcomeLabel(static_cast<emulator::OutcomeKind>(kind)) == label) {
+      return static_cast<emulator::OutcomeKind>(kind);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<MsrAction> MsrActionFromName(absl::string_view name) {
+  for (int a = 0; a <= static_cast<int>(MsrAction::kLearnRelaxed); ++a) {
+    if (MsrActionName(static_cast<MsrAction>(a)) == name) return static_cast<MsrAction>(a);
+  }
+  return std::nullopt;
+}
+
 }  // namespace pvemu::dispatch

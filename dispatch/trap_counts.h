@@ -212,6 +212,14 @@ struct MsrCount {
 
 // "rdmsr", ..., "mov_to_cr" (the MOV kinds apart), "undecodable".
 absl::string_view InstructionLabel(int insn);
+// "completed", "exception", "unhandled", "device_io".
+absl::string_view OutcomeLabel(emulator::OutcomeKind kind);
+
+// The inverses, for counts that travel as labels (a KVM data plane's
+// reports to pvemud); nullopt for a label this version does not know.
+std::optional<int> InstructionFromLabel(absl::string_view label);
+std::optional<emulator::OutcomeKind> OutcomeFromLabel(absl::string_view label);
+std::optional<MsrAction> MsrActionFromName(absl::string_view name);
 
 }  // namespace pvemu::dispatch
 

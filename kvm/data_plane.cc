@@ -370,8 +370,24 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
     ASSIGN_OR_RETURN(plane->store_, policy::Store::FromPolicy(first.policy, first.source, vendor));
     plane->generation_.store(first.generation, std::memory_order_release);
   }
-  plane->dispatcher_ = std::make_unique<dispatch::Dispatcher>(
-      *plane->store_, *plane->host_, nullptr, dispatch::DispatchOptions{});
+  dispatch::DispatchOptions dispatch_options;
+  if (!options.server.empty()) {
+    // Subscribed, pvemud shows this VM as it shows its own traps: counts per
+    // domain, instruction and MSR, and the first-access and learning lines,
+    // which go to pvemud's log (FillReport) rather than the VMM's stderr.
+    dispatch_options.count_by_domain_and_msr = true;
+    DataPlane* raw = plane.get();
+    dispatch_options.log = [raw](absl::string_view line) {
+      absl::MutexLock lock(&raw->log_mu_);
+      if (raw->log_.size() < kMaxLogLines) {
+        raw->log_.emplace_back(line);
+      } else {
+        ++raw->log_dropped_;
+      }
+    };
+  }
+  plane->dispatcher_ = std::make_unique<dispatch::Dispatcher>(*plane->store_, *plane->host_,
+                                                              nullptr, dispatch_options);
   if (!options.capture.empty()) {
     // Every exit decided, with the answer the guest got (and the relaxed
     // bit of a learning domain), for `pvemuctl replay` and `suggest`.
@@ -513,6 +529,46 @@ void DataPlane::Unregister(Vcpu* vcpu) {
   absl::MutexLock lock(&vcpus_mu_);
   Add(vcpu->stats(), &closed_);
   vcpus_.erase(std::find(vcpus_.begin(), vcpus_.end(), vcpu));
+}
+
+void DataPlane::FillReport(v1::KvmTrapBatch* batch) {
+  batch->set_cumulative(true);
+  const dispatch::Dispatcher::Counts counts = dispatcher_->CountsByKey();
+  for (const dispatch::KindCount& k : counts.kinds) {
+    v1::KvmKindCount* out = batch->add_kinds();
+    out->set_instruction(std::string(dispatch::InstructionLabel(k.insn)));
+    out->set_outcome(std::string(dispatch::OutcomeLabel(k.outcome)));
+    out->set_count(k.count);
+  }
+  for (const dispatch::MsrCount& m : counts.msrs) {
+    v1::KvmMsrCount* out = batch->add_msrs();
+    out->set_msr(m.msr.value_or(0));
+    out->set_msr_other(!m.msr.has_value());
+    out->set_write(m.write);
+    out->set_action(std::string(dispatch::MsrActionName(m.action)));
+    out->set_count(m.count);
+  }
+  for (const dispatch::LearnedAccess& a : dispatcher_->Learned()) {
+    v1::LearnedAccess* out = batch->add_learned();
+    out->set_domain(a.domain);
+    out->set_instruction(std::string(dispatch::InstructionLabel(static_cast<int>(a.insn))));
+    out->set_index(a.index);
+    out->set_access(a.write ? "write" : "read");
+    out->set_width(a.width);
+    out->set_count(a.count);
+    out->set_rule(a.rule);
+    out->set_enforcing(a.enforcing);
+    out->set_given(a.given);
+    out->set_rip(a.rip);
+  }
+  absl::MutexLock lock(&log_mu_);
+  for (std::string& line : log_) batch->add_log(std::move(line));
+  log_.clear();
+  if (log_dropped_ != 0) {
+    batch->add_log(absl::StrCat(log_dropped_, " more lines not sent (more than ", kMaxLogLines,
+                                " between two reports)"));
+    log_dropped_ = 0;
+  }
 }
 
 DataPlane::Totals DataPlane::totals() const {

@@ -108,6 +108,11 @@ class DataPlane {
   void DrainAudit(v1::KvmTrapBatch* batch) {
     if (audit_ring_ != nullptr) audit_ring_->Drain(batch);
   }
+  // Subscribed: what pvemud shows of this VM, since the plane opened (the
+  // batch's cumulative tables: traps by instruction and outcome, MSR
+  // accesses by MSR, access and action, learned accesses), and the log
+  // lines for pvemud not yet sent. One caller at a time (the report thread).
+  void FillReport(v1::KvmTrapBatch* batch);
   // Nanoseconds per TSC tick, measured over the plane's lifetime so far.
   double NanosPerTick() const;
 
@@ -122,6 +127,12 @@ class DataPlane {
   std::unique_ptr<AuditRing> audit_ring_;  // subscribed only; outlives the dispatcher
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
   std::unique_ptr<dispatch::TrapCapture> capture_;  // options_.capture; observes dispatcher_
+  // Subscribed: the dispatcher's lines for pvemud's log (first accesses,
+  // learning), until the next report takes them; at most kMaxLogLines.
+  static constexpr size_t kMaxLogLines = 256;
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);
+  uint64_t log_dropped_ ABSL_GUARDED_BY(log_mu_) = 0;
   std::unique_ptr<PolicySubscription> subscription_;
   std::atomic<uint64_t> generation_{0};
 

@@ -21,6 +21,8 @@ namespace {
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 constexpr absl::Duration kReportEvery = absl::Milliseconds(50);
+// How long a closing VM waits for its last batch to reach pvemud.
+constexpr absl::Duration kLastReportTimeout = absl::Seconds(2);
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& server) {
   grpc::ChannelArguments args;
@@ -132,6 +134,9 @@ struct PolicySubscription::Impl {
 
   void FollowPolicy();
   void ReportCounts();
+  // The batch to send now (cumulative) and, at close, the last one.
+  v1::KvmTrapBatch Batch();
+  void ReportLast();
 };
 
 void PolicySubscription::Impl::FollowPolicy() {
@@ -172,7 +177,6 @@ void PolicySubscription::Impl::FollowPolicy() {
 
 void PolicySubscription::Impl::ReportCounts() {
   std::unique_ptr<v1::KvmService::Stub> stub = v1::KvmService::NewStub(channel);
-  pvemu_kvm_stats sent{};
   absl::Duration backoff = kFirstBackoff;
   while (!Stopping()) {
     grpc::ClientContext context;
@@ -183,22 +187,9 @@ void PolicySubscription::Impl::ReportCounts() {
         stub->ReportTraps(&context, &response);
     bool ok = true;
     while (ok && Backoff(kReportEvery)) {
-      const DataPlane::Totals now = plane->totals();
-      v1::KvmTrapBatch batch;
-      batch.set_domain(domain);
-      batch.set_vcpus(now.vcpus);
-      batch.set_generation(plane->generation());
-      const uint64_t traps = now.stats.rdmsr + now.stats.wrmsr + now.stats.io;
-      batch.set_traps(traps - (sent.rdmsr + sent.wrmsr + sent.io));
-      batch.set_completed(now.stats.completed - sent.completed);
-      batch.set_exceptions(now.stats.exceptions - sent.exceptions);
-      batch.set_device_io(now.stats.device - sent.device);
-      plane->DrainAudit(&batch);
+      v1::KvmTrapBatch batch = Batch();
       ok = writer->Write(batch);
-      if (ok) {
-        sent = now.stats;
-        backoff = kFirstBackoff;
-      }
+      if (ok) backoff = kFirstBackoff;
     }
     writer->WritesDone();
     grpc::Status status = writer->Finish();
@@ -207,6 +198,45 @@ void PolicySubscription::Impl::ReportCounts() {
     (void)status;  // the policy stream logs the outage once
     if (!Backoff(backoff)) break;
     backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+v1::KvmTrapBatch PolicySubscription::Impl::Batch() {
+  // Everything since the plane opened: a batch replaces the previous one at
+  // pvemud, so none is lost or counted twice across reconnects.
+  const DataPlane::Totals now = plane->totals();
+  v1::KvmTrapBatch batch;
+  batch.set_domain(domain);
+  batch.set_vcpus(now.vcpus);
+  batch.set_generation(plane->generation());
+  batch.set_traps(now.stats.rdmsr + now.stats.wrmsr + now.stats.io);
+  batch.set_completed(now.stats.completed);
+  batch.set_exceptions(now.stats.exceptions);
+  batch.set_device_io(now.stats.device);
+  plane->DrainAudit(&batch);
+  plane->FillReport(&batch);
+  return batch;
+}
+
+void PolicySubscription::Impl::ReportLast() {
+  // The VM is closing (its vCPUs are): one last batch on a call of its own,
+  // bounded, so that a daemon that is away delays the VMM's close by at
+  // most kLastReportTimeout.
+  std::unique_ptr<v1::KvmService::Stub> stub = v1::KvmService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kLastReportTimeout));
+  v1::KvmReportResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::KvmTrapBatch>> writer =
+      stub->ReportTraps(&context, &response);
+  v1::KvmTrapBatch batch = Batch();
+  batch.set_last(true);
+  const bool sent = writer->Write(batch);
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!sent || !status.ok()) {
+    Log(absl::StrCat("domain ", domain, ": the last counts did not reach pvemud at ", server,
+                     " within ", absl::FormatDuration(kLastReportTimeout), " (",
+                     status.error_message(), ")"));
   }
 }
 
@@ -235,6 +265,7 @@ PolicySubscription::~PolicySubscription() {
   }
   impl_->policy_thread.join();
   impl_->report_thread.join();
+  impl_->ReportLast();
 }
 
 }  // namespace pvemu::kvm

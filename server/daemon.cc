@@ -343,7 +343,8 @@ absl::Status DaemonImpl::StartServer(const DaemonOptions& options, const Listeni
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
     creators.push_back(NewRpcCountingInterceptorFactory(rpc_metrics));
     builder.experimental().SetInterceptorCreators(std::move(creators));
-    MetricsSources sources{dispatcher_.get(), store_.get(), &audit_, rpc_metrics};
+    MetricsSources sources{dispatcher_.get(), store_.get(), &audit_, rpc_metrics,
+                           &kvm_attachments_};
     ASSIGN_OR_RETURN(metrics_http_, MetricsHttpServer::Start(options.metrics, [sources] {
                        return RenderMetrics(sources);
                      }));

@@ -140,10 +140,14 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
                           "this pvemud does not count MSR accesses: start pvemud with "
                           "--count-msrs or --metrics");
     }
-    FillMsrStats(dispatcher_.CountsByKey().msrs, *request, response);
+    dispatch::Dispatcher::Counts counts = dispatcher_.CountsByKey();
+    if (kvm_ != nullptr) kvm_->AddCountsTo(&counts);  // the KVM VMs' accesses too
+    FillMsrStats(counts.msrs, *request, response);
   }
   if (request->learned()) {
-    for (const dispatch::LearnedAccess& a : dispatcher_.Learned()) {
+    std::vector<dispatch::LearnedAccess> learned = dispatcher_.Learned();
+    if (kvm_ != nullptr) kvm_->AddLearnedTo(&learned);
+    for (const dispatch::LearnedAccess& a : learned) {
       if (request->has_domain() && a.domain != request->domain()) continue;
       v1::LearnedAccess* l = response->add_learned();
       l->set_domain(a.domain);

@@ -5,12 +5,16 @@
 #define PVEMU_SERVER_KVM_ATTACHMENTS_H_
 
 #include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dispatch/dispatch.h"
 #include "pvemu/v1/service.pb.h"
 
 namespace pvemu::server {
@@ -32,10 +36,18 @@ class KvmAttachments {
   // A policy subscription began; returns its key for Detach.
   uint64_t Attach(uint32_t domain, uint32_t pid, uint32_t vcpus);
   void Detach(uint64_t key);
-  // A batch from the data plane of `domain` in process `pid`.
+  // A batch from the data plane of `domain` in process `pid`. A cumulative
+  // batch replaces what that data plane reported before; its last one
+  // moves its counts to the ended VMs' sums.
   void Report(uint32_t pid, const v1::KvmTrapBatch& batch);
   std::vector<Attachment> List() const;  // by domain, then pid
   Counts counts() const;
+  // Every KVM VM's traps by (domain, instruction, outcome) and MSR accesses
+  // by (domain, MSR, access, action), live and ended, added to `counts`
+  // (the daemon's own, for stats --msrs and /metrics).
+  void AddCountsTo(dispatch::Dispatcher::Counts* counts) const;
+  // Every KVM VM's learned accesses, added to `learned`.
+  void AddLearnedTo(std::vector<dispatch::LearnedAccess>* learned) const;
 
   // The policy moved to `generation` (the daemon's edit listener calls this).
   void PolicyChanged(uint64_t generation);
@@ -50,6 +62,17 @@ class KvmAttachments {
   absl::flat_hash_map<uint64_t, Attachment> by_key_ ABSL_GUARDED_BY(mu_);
   Counts counts_ ABSL_GUARDED_BY(mu_);
   uint64_t announced_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // What cumulative data planes reported last, by (pid, domain), and the
+  // sums of those that sent their last batch.
+  struct Reported {
+    Counts counts;
+    std::map<std::tuple<uint32_t, int, emulator::OutcomeKind>, uint64_t> kinds;
+    std::map<std::tuple<uint32_t, uint32_t, bool, bool, dispatch::MsrAction>, uint64_t> msrs;
+    std::map<std::tuple<uint32_t, int, uint32_t, uint8_t>, dispatch::LearnedAccess> learned;
+    void Add(const Reported& other);
+  };
+  std::map<std::pair<uint32_t, uint32_t>, Reported> live_ ABSL_GUARDED_BY(mu_);
+  Reported ended_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pvemu::server

@@ -1,5 +1,8 @@
 #include "server/kvm_service.h"
 
+#include <cstdio>
+#include <string>
+
 #include "server/rpc_common.h"
 
 namespace pvemu::server {
@@ -40,6 +43,11 @@ grpc::Status KvmServiceImpl::ReportTraps(grpc::ServerContext* context,
     attachments_.Report(pid, batch);
     for (const v1::TrapEvent& event : batch.events()) {
       audit_.PublishTrap(event, event.reason() == "unknown-msr");
+    }
+    // The VM's first accesses and learning lines, in pvemud's log with the
+    // daemon's own, naming the process that decided them.
+    for (const std::string& line : batch.log()) {
+      std::fprintf(stderr, "pvemud: kvm pid %u: %s\n", pid, line.c_str());
     }
   }
   return grpc::Status::OK;

@@ -1,4 +1,5 @@
 #include "server/metrics.h"
+#include "server/kvm_attachments.h"
 
 #include <dirent.h>
 #include <sys/resource.h>
@@ -24,16 +25,6 @@ constexpr absl::string_view kCodeNames[] = {
     "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
     "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",       "DATA_LOSS",
     "UNAUTHENTICATED"};
-
-absl::string_view OutcomeLabel(emulator::OutcomeKind kind) {
-  switch (kind) {
-    case emulator::OutcomeKind::kCompleted: return "completed";
-    case emulator::OutcomeKind::kException: return "exception";
-    case emulator::OutcomeKind::kUnhandled: return "unhandled";
-    case emulator::OutcomeKind::kDeviceIo: return "device_io";
-  }
-  return "unknown";
-}
 
 std::string DomainLabel(const std::optional<uint32_t>& domain) {
   return domain.has_value() ? absl::StrCat(*domain) : "other";
@@ -240,7 +231,7 @@ void RenderTrapCounts(const dispatch::Dispatcher::Counts& counts, ExpositionWrit
     w->Sample("pvemu_traps_total",
               {{"domain", DomainLabel(k.domain)},
                {"instruction", std::string(dispatch::InstructionLabel(k.insn))},
-               {"outcome", std::string(OutcomeLabel(k.outcome))}},
+               {"outcome", std::string(dispatch::OutcomeLabel(k.outcome))}},
               static_cast<double>(k.count));
   }
   w->Family("pvemu_msr_accesses_total", "counter",
@@ -305,7 +296,11 @@ void RenderProcessMetrics(ExpositionWriter* w) {
 
 std::string RenderMetrics(const MetricsSources& sources) {
   ExpositionWriter w;
-  if (sources.dispatcher != nullptr) RenderTrapCounts(sources.dispatcher->CountsByKey(), &w);
+  if (sources.dispatcher != nullptr) {
+    dispatch::Dispatcher::Counts counts = sources.dispatcher->CountsByKey();
+    if (sources.kvm != nullptr) sources.kvm->AddCountsTo(&counts);
+    RenderTrapCounts(counts, &w);
+  }
   if (sources.store != nullptr) {
     w.Family("pvemu_policy_generation", "gauge", "The serving policy's generation.");
     w.Sample("pvemu_policy_generation", {}, static_cast<double>(sources.store->generation()));

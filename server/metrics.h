@@ -31,6 +31,8 @@
 
 namespace pvemu::server {
 
+class KvmAttachments;  // server/kvm_attachments.h
+
 // Writes metric families: "# HELP", "# TYPE", then samples.
 class ExpositionWriter {
  public:
@@ -99,6 +101,8 @@ struct MetricsSources {
   const policy::Store* store = nullptr;
   dispatch::AuditHub* audit = nullptr;
   const RpcMetrics* rpcs = nullptr;
+  // The KVM VMs following this daemon: their traps join the same series.
+  const KvmAttachments* kvm = nullptr;
 };
 
 // Every family, for one scrape.
