@@ -33,7 +33,12 @@ Offline commands (no daemon needed):
           --bytes=HEX [--rax=V --rcx=V --rdx=V ... --rip=V]   one trap, end to end
   import [--from=auto|kvm-dmesg|xen-console|ftrace] --out=FILE LOG...
   replay [--policy=FILE] [--host-profile=PROFILE] [--server=ADDR] [--progress] TRAPLOG...
-  suggest LOG...                               draft a domain policy from a capture
+  replay --changes (--policy=CANDIDATE | --server=ADDR) CAPTURE...
+                                               what the candidate would answer differently
+                                               (exit 0 nothing, 2 something, 1 an error)
+  suggest [--domain=N] LOG|CAPTURE...          draft a domain policy from host logs, or
+                                               from what learning domains had relaxed
+  suggest --server=ADDR [--domain=N]           the same from pvemud's learned accesses
   msr search TEXT                              MSRs by name fragment (any alias) or
                                                index, with the default policy's decisions
   kvm-filter --domain=N [--policy=FILE|NAME | --server=ADDR]
@@ -50,12 +55,15 @@ Online commands (talk to pvemud, --server=ADDR, default $PVEMU_SERVER or
 unix:///run/pvemu/pvemu.sock):
   policy get [--domain=N|default]
   policy apply -f FILE [--domain=N|default] [--if-generation=G]
+               [--dry-run --against=CAPTURE[,CAPTURE...]]   (dry run: the replay --changes
+                                               report for the composed policy; applies nothing)
+  policy set-mode --domain=N|default learn|enforce
   policy set-rule --domain=N|default --msr=MSR|--range=FIRST-LAST [--read=ACTION]
                   [--write=ACTION] [--value=V] [--writable-mask=M] [--host-vendor=V]
                   [--if-generation=G]
   policy delete-rule --domain=N|default --msr=MSR|--range=FIRST-LAST [--host-vendor=V]
   policy diff -f FILE [--domain=N|default]
-  domains | stats [--msrs [--domain=N]] | watch [--count=N]
+  domains | stats [--msrs|--learned [--domain=N]] | watch [--count=N]
   top [--domain=N] [--interval=SECONDS] [--once]   live MSR accesses per second (q quits)
 
 Fleet commands (through any pvemud started with --fleet; LAYER is default,

@@ -176,7 +176,7 @@ class Dispatcher {
   // What learning domains did that ENFORCE would fault, summed over every
   // session (past and present), sorted by domain, instruction, index, width.
   // Off the trap path: locks, allocates. At most kMaxLearnedFirsts accesses
-  // keep their first occurrence; each session keeps kLearnedSlots keys apart
+  // keep their first occurrence; each session keeps 256 keys apart
   // (more count only in Stats()).
   std::vector<LearnedAccess> Learned() const;
   static constexpr size_t kMaxLearnedFirsts = 4096;

@@ -36,8 +36,9 @@
 //
 //   flags  0x01 expect set          0x10 trap set
 //          0x02 expect.vector set   0x20 trap.regs set
-//          0x04 expect.value set    0xc0 reserved (zero)
-//          0x08 expect.cpuid set
+//          0x04 expect.value set    0x40 expect.relaxed (a learning
+//          0x08 expect.cpuid set         domain's answer ENFORCE would fault)
+//                                   0x80 reserved (zero)
 //
 // Every record has exactly one encoding, and a reader refuses any other
 // (see TrapLogReader): the padding, the insn bytes past insn_len, and every

@@ -7,7 +7,11 @@
 // base policy exits 2 and lists exactly the relaxed accesses, the MSR ones
 // BREAKING. Then the same loop subscribed to a real pvemud, switched to
 // LEARN with `policy set-mode`.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -165,6 +169,91 @@ TEST_F(KvmLearnTest, SubscribedToPvemudSwitchedToLearnWithSetMode) {
   EXPECT_THAT(after.console, HasSubstr("cpu0: gp 4\n"));
   daemon.Signal(SIGTERM);
   daemon.Wait();
+}
+
+// A subscribed VM's decisions reach the operator as the daemon's own do:
+// after the VM ends, `stats --msrs`, `top --once -o json` and /metrics show
+// exactly what msr_actions.S did per MSR and action (10 RDMSR and 8 WRMSR
+// exits), and pvemud logs one first-access line per (MSR, access) that a GP
+// rule decided.
+TEST_F(KvmLearnTest, ASubscribedVmsDecisionsReachStatsTopMetricsAndTheLogAfterItEnds) {
+  // A free port for /metrics.
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  close(probe);
+
+  ChildProcess daemon;
+  const std::string socket_path = dir_ + "/pvemu.sock";
+  ASSERT_TRUE(daemon.Start({PvemudPath(), "--listen=unix:" + socket_path,
+                            "--state-dir=" + dir_ + "/state",
+                            "--policy=" + TestPolicyPath("msr-actions"),
+                            absl::StrCat("--metrics=127.0.0.1:", port)}))
+      << daemon.stderr_text();
+  auto channel = grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(30)))
+      << daemon.stderr_text();
+  const std::string server = "--server=unix:" + socket_path;
+  const VmRun vm = Run("msr_actions", server);
+  ASSERT_EQ(vm.status, 0) << vm.Describe();
+
+  // The totals and the per-MSR rows equal what the guest did, at once: the
+  // VM's last batch arrived before its pvemu_kvm_close returned.
+  const CtlRun totals = Ctl({server, "-o", "json", "stats"});
+  // 18 MSR exits (4 of them #GP) and one device exit per console byte.
+  EXPECT_THAT(totals.out, HasSubstr("\"completed\":14,\"exceptions\":4,")) << totals.out;
+  const CtlRun msrs = Ctl({server, "stats", "--msrs", "--domain=1"});
+  ASSERT_EQ(msrs.status, 0) << msrs.out << msrs.err;
+  for (const char* row : {"0xce        MSR_PLATFORM_INFO", "read PASSTHROUGH 1",
+                          "read CONST 1, write GP 1", "read GP 1, write GP 1",
+                          "read SHADOW 1, write SHADOW 2", "read SHADOW 2, write SHADOW 1"}) {
+    EXPECT_THAT(msrs.out, HasSubstr(row)) << msrs.out;
+  }
+  const CtlRun top = Ctl({server, "-o", "json", "top", "--once", "--domain=1"});
+  ASSERT_EQ(top.status, 0) << top.out << top.err;
+  EXPECT_THAT(top.out, HasSubstr("\"msr\":\"0x12345605\""));
+  EXPECT_THAT(top.out, HasSubstr("\"reads\":1,\"writes\":2"));
+
+  const CtlRun scrape = [&] {
+    ChildProcess curl;
+    CtlRun run;
+    if (!curl.Start({"/usr/bin/curl", "-sS", absl::StrCat("http://127.0.0.1:", port, "/metrics")}))
+      return run;
+    while (curl.Pump(std::chrono::milliseconds(100))) {
+    }
+    run.status = curl.Wait();
+    run.out = curl.stdout_text();
+    return run;
+  }();
+  ASSERT_EQ(scrape.status, 0);
+  EXPECT_THAT(scrape.out,
+              HasSubstr("pvemu_msr_accesses_total{domain=\"1\",msr=\"0x12345605\",name=\"\","
+                        "access=\"write\",action=\"SHADOW\"} 2"));
+  EXPECT_THAT(scrape.out, HasSubstr("pvemu_traps_total{domain=\"1\",instruction=\"rdmsr\","
+                                    "outcome=\"completed\"}"));
+  EXPECT_THAT(scrape.out, HasSubstr("method=\"pvemu.v1.KvmService/ReportTraps\""));
+  EXPECT_THAT(scrape.out, Not(HasSubstr("method=\"other\",code=\"OK\"} 1")));
+
+  daemon.Signal(SIGTERM);
+  while (daemon.Pump(std::chrono::milliseconds(100))) {
+  }
+  daemon.Wait();
+  // One first-access line per (MSR, access) a GP rule decided: 0x12345600
+  // write, 0x12345602 read and write.
+  const std::string log = daemon.stderr_text();
+  for (const char* first : {"first write of MSR 0x12345600", "first read of MSR 0x12345602",
+                            "first write of MSR 0x12345602"}) {
+    EXPECT_THAT(log, HasSubstr(first)) << log;
+    const size_t at = log.find(first);
+    EXPECT_EQ(log.find(first, at + 1), std::string::npos) << first;
+  }
+  EXPECT_THAT(log, HasSubstr("pvemud: kvm pid "));
 }
 
 }  // namespace
