@@ -127,6 +127,45 @@ void BM_DispatchHooksOverhead(benchmark::State& state) {
 }
 BENCHMARK(BM_DispatchHooksOverhead);
 
+// LEARN's cost: an RDMSR a learning domain gets relaxed (a GP rule, read
+// as ZERO and counted) against the same RDMSR an enforcing domain's ZERO rule
+// completes, interleaved on one session (target: the relaxed trap costs at
+// most a counter store more; relaxed_pct). An ENFORCE domain's cost is
+// BM_DispatchHooksOverhead and BM_DispatchMixVsZydis, which run the shipped
+// policy with the learning branch compiled in.
+void BM_DispatchLearnRelaxed(benchmark::State& state) {
+  v1::Policy policy;
+  (void)ParseTextProto(R"pb(
+    default { unknown_msr: UNKNOWN_GP }
+    domain { domain: 1 mode: LEARN msr { msr: "0x1b0" read: GP write: GP } }
+    domain { domain: 2 msr { msr: "0x1b0" read: ZERO write: IGNORE } }
+  )pb", "bench", &policy);
+  World world(&policy);
+  auto session = world.dispatcher->NewSession();
+  emulator::Trap relaxed;
+  relaxed.domain = 1;
+  relaxed.insn[0] = 0x0f;
+  relaxed.insn[1] = 0x32;
+  relaxed.insn_len = 2;
+  relaxed.regs.gpr[emulator::kRcx] = 0x1b0;
+  emulator::Trap completed = relaxed;
+  completed.domain = 2;
+  const std::vector<emulator::Trap> traps(1024, relaxed);
+  benchmark::DoNotOptimize(session->Handle(relaxed));  // the first: logged once
+  // Variants: relaxed A, completed A, relaxed B, completed B.
+  const std::array<double, 4> ns =
+      InterleavedMedians<4>(state, traps.size(), [&](int which, size_t) {
+        emulator::Outcome out = session->Handle(which % 2 == 0 ? relaxed : completed);
+        benchmark::DoNotOptimize(out);
+      });
+  const double relaxed_ns = (ns[0] + ns[2]) / 2, completed_ns = (ns[1] + ns[3]) / 2;
+  state.counters["relaxed_ns"] = relaxed_ns;
+  state.counters["completed_ns"] = completed_ns;
+  state.counters["relaxed_pct"] = 100.0 * (relaxed_ns - completed_ns) / completed_ns;
+  state.counters["noise_pct"] = 100.0 * (ns[3] - ns[1]) / ns[1];
+}
+BENCHMARK(BM_DispatchLearnRelaxed);
+
 // BM_DispatchMix against BM_DecodeMix_Zydis, interleaved on the same traps
 // (target: the whole trap in at most half the time Zydis takes to decode
 // it, ratio >= 2).

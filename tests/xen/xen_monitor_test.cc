@@ -176,6 +176,35 @@ TEST_F(XenMonitorTest, GpWriteIsDenied) {
   EXPECT_EQ(dispatcher_->Stats().exceptions, 1u);
 }
 
+// LEARN on Xen: a monitored write the policy would fault is answered as a
+// learning domain's relaxed write (completed, dropped: Xen's DENY, which
+// Xen carries out without a fault either way) and recorded for suggest,
+// with the rule that would have decided it.
+TEST_F(XenMonitorTest, ALearningDomainsGpWriteIsDroppedAndRecorded) {
+  Rule(5, R"(msr: "0x1b0" read: ZERO write: GP)");
+  ASSERT_TRUE(store_->SetMode(policy::LayerRef::Domain(5), v1::LEARN, {}).ok());
+  auto monitor = Monitor();
+  Push(MsrWrite(5, 0, 0x1b0, 1));
+  Push(MsrWrite(5, 1, 0x1b0, 2));
+  EXPECT_EQ(monitor->Poll(), 2);
+  auto r = Responses();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_TRUE(r[0].deny);
+  EXPECT_TRUE(r[0].release_vcpu);
+  EXPECT_EQ(dispatcher_->Stats().completed, 2u);
+  EXPECT_EQ(dispatcher_->Stats().exceptions, 0u);
+  const std::vector<dispatch::LearnedAccess> learned = dispatcher_->Learned();
+  ASSERT_EQ(learned.size(), 1u);
+  EXPECT_EQ(learned[0].domain, 5u);
+  EXPECT_EQ(learned[0].index, 0x1b0u);
+  EXPECT_TRUE(learned[0].write);
+  EXPECT_EQ(learned[0].count, 2u);
+  EXPECT_EQ(learned[0].enforcing, "#GP(0)");
+  EXPECT_EQ(learned[0].given, "IGNORE");
+  EXPECT_EQ(learned[0].rip, 0xffffffff81000000u);
+  EXPECT_EQ(host_.writes, 0);
+}
+
 TEST_F(XenMonitorTest, IgnoredWriteIsDenied) {
   Rule(5, R"(msr: "0x1b0" read: ZERO write: IGNORE)");
   auto monitor = Monitor();
