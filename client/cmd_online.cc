@@ -197,19 +197,27 @@ absl::Status FillFromPolicyFile(Request* request) {
   return absl::OkStatus();
 }
 
-absl::Status PolicyApply() {
-  v1::ApplyPolicyRequest request;
-  RETURN_IF_ERROR(FillFromPolicyFile(&request));
-
+// Sends one policy edit with --if-generation and prints the new generation
+// (and the diff): every `policy` command that changes the policy.
+template <typename Request>
+absl::Status SendPolicyEdit(Request& request,
+                            grpc::Status (v1::PolicyService::Stub::*rpc)(
+                                grpc::ClientContext*, const Request&, v1::EditResponse*)) {
   ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
   request.set_if_generation(if_generation);
   ASSIGN_OR_RETURN(auto stub, PolicyStub());
   grpc::ClientContext context;
   SetDeadline(&context);
   v1::EditResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub->ApplyPolicy(&context, request, &response)));
+  RETURN_IF_ERROR(FromGrpc(((*stub).*rpc)(&context, request, &response)));
   PrintGeneration(response);
   return absl::OkStatus();
+}
+
+absl::Status PolicyApply() {
+  v1::ApplyPolicyRequest request;
+  RETURN_IF_ERROR(FillFromPolicyFile(&request));
+  return SendPolicyEdit(request, &v1::PolicyService::Stub::ApplyPolicy);
 }
 
 absl::Status PolicyDiff() {
@@ -239,28 +247,16 @@ absl::Status PolicyEditRule(bool set) {
   RETURN_IF_ERROR(ParseLayer(true, &layer, &has_layer));
   RETURN_IF_ERROR(FillRuleTarget(&rule));
   if (set) RETURN_IF_ERROR(FillRuleActions(&rule));
-  ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
-  ASSIGN_OR_RETURN(auto stub, PolicyStub());
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::EditResponse response;
-  grpc::Status status;
   if (set) {
     v1::SetRuleRequest request;
     *request.mutable_layer() = layer;
     *request.mutable_rule() = rule;
-    request.set_if_generation(if_generation);
-    status = stub->SetRule(&context, request, &response);
-  } else {
-    v1::DeleteRuleRequest request;
-    *request.mutable_layer() = layer;
-    *request.mutable_rule() = rule;
-    request.set_if_generation(if_generation);
-    status = stub->DeleteRule(&context, request, &response);
+    return SendPolicyEdit(request, &v1::PolicyService::Stub::SetRule);
   }
-  RETURN_IF_ERROR(FromGrpc(status));
-  PrintGeneration(response);
-  return absl::OkStatus();
+  v1::DeleteRuleRequest request;
+  *request.mutable_layer() = layer;
+  *request.mutable_rule() = rule;
+  return SendPolicyEdit(request, &v1::PolicyService::Stub::DeleteRule);
 }
 
 // policy set-mode --domain=N|default learn|enforce.
@@ -274,15 +270,7 @@ absl::Status PolicySetMode(const std::string& word) {
   bool has_layer = false;
   RETURN_IF_ERROR(ParseLayer(true, request.mutable_layer(), &has_layer));
   request.set_mode(mode);
-  ASSIGN_OR_RETURN(uint64_t if_generation, IfGeneration());
-  request.set_if_generation(if_generation);
-  ASSIGN_OR_RETURN(auto stub, PolicyStub());
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::EditResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub->SetMode(&context, request, &response)));
-  PrintGeneration(response);
-  return absl::OkStatus();
+  return SendPolicyEdit(request, &v1::PolicyService::Stub::SetMode);
 }
 
 }  // namespace
