@@ -371,6 +371,7 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
     plane->generation_.store(first.generation, std::memory_order_release);
   }
   dispatch::DispatchOptions dispatch_options;
+  dispatch_options.count_by_domain_and_msr = options.count_msrs;
   if (!options.server.empty()) {
     // Subscribed, pvemud shows this VM as it shows its own traps: counts per
     // domain, instruction and MSR, and the first-access and learning lines,
@@ -569,6 +570,14 @@ void DataPlane::FillReport(v1::KvmTrapBatch* batch) {
                                 " between two reports)"));
     log_dropped_ = 0;
   }
+}
+
+absl::StatusOr<std::vector<dispatch::MsrCount>> DataPlane::MsrCounts() const {
+  if (!dispatcher_->counting_by_domain_and_msr()) {
+    return absl::UnimplementedError(
+        "this handle does not count MSR accesses: open it with options.count_msrs = 1");
+  }
+  return dispatcher_->CountsByKey().msrs;
 }
 
 DataPlane::Totals DataPlane::totals() const {

@@ -43,6 +43,7 @@ struct DataPlaneOptions {
   std::string host = "sim";  // "sim" or "linux"
   std::string host_profile;  // sim: a profile's name or file; "": the default
   std::string capture;       // a trap log of every exit decided ("": none)
+  bool count_msrs = false;   // count per (MSR, access, action); subscribed: always
 };
 
 class DataPlane;
@@ -113,6 +114,10 @@ class DataPlane {
   // accesses by MSR, access and action, learned accesses), and the log
   // lines for pvemud not yet sent. One caller at a time (the report thread).
   void FillReport(v1::KvmTrapBatch* batch);
+  // The MSR accesses by (MSR, access, action) over every vCPU, open or
+  // closed (dispatch::Dispatcher::CountsByKey); FailedPrecondition unless
+  // the plane counts them (count_msrs, or subscribed). Off the exit path.
+  absl::StatusOr<std::vector<dispatch::MsrCount>> MsrCounts() const;
   // Nanoseconds per TSC tick, measured over the plane's lifetime so far.
   double NanosPerTick() const;
 

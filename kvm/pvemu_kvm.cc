@@ -9,8 +9,11 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "dispatch/trap_counts.h"
 #include "kvm/data_plane.h"
 
 struct pvemu_kvm {
@@ -176,6 +179,9 @@ int pvemu_kvm_open(const struct pvemu_kvm_options* options, pvemu_kvm** out) {
     if (options->size >= offsetof(pvemu_kvm_options, capture) + sizeof(char*)) {
       o.capture = OrEmpty(options->capture);
     }
+    if (options->size >= offsetof(pvemu_kvm_options, count_msrs) + sizeof(uint32_t)) {
+      o.count_msrs = options->count_msrs != 0;
+    }
     absl::StatusOr<std::unique_ptr<pvemu::kvm::DataPlane>> plane =
         pvemu::kvm::DataPlane::Open(o);
     if (!plane.ok()) return Fail(plane.status());
@@ -252,6 +258,65 @@ int pvemu_kvm_totals(const pvemu_kvm* kvm, struct pvemu_kvm_stats* out) {
     const pvemu_kvm_stats counts = kvm == nullptr ? pvemu_kvm_stats{} : kvm->plane->totals().stats;
     return WriteStats("pvemu_kvm_totals", counts, out);
   });
+}
+
+int pvemu_kvm_msr_counts(const pvemu_kvm* kvm, pvemu_kvm_msr_count* out, uint32_t max) {
+  return Guard("pvemu_kvm_msr_counts", [&]() -> int {
+    if (kvm == nullptr || (out == nullptr && max > 0)) {
+      return Fail(EINVAL, "pvemu_kvm_msr_counts: needs a handle, and out when max > 0");
+    }
+    uint32_t stride = sizeof(pvemu_kvm_msr_count);
+    if (max > 0) {
+      std::memcpy(&stride, out, sizeof stride);
+      if (stride < 2 * sizeof(uint32_t) || stride > kMaxStructSize) {
+        return Fail(EINVAL, "pvemu_kvm_msr_counts: out[0].size is " + std::to_string(stride) +
+                                "; set it to sizeof(struct pvemu_kvm_msr_count)");
+      }
+    }
+    absl::StatusOr<std::vector<pvemu::dispatch::MsrCount>> counts = kvm->plane->MsrCounts();
+    if (!counts.ok()) return Fail(counts.status());
+    const uint32_t n = static_cast<uint32_t>(counts->size());
+    for (uint32_t i = 0; i < n && i < max; ++i) {
+      const pvemu::dispatch::MsrCount& c = (*counts)[i];
+      pvemu_kvm_msr_count row{};
+      row.size = stride;
+      row.msr = c.msr.value_or(0);
+      row.write = c.write ? 1 : 0;
+      row.action = static_cast<uint32_t>(c.action);
+      row.other = c.msr.has_value() ? 0 : 1;
+      row.count = c.count;
+      // Whole fields within the caller's size only; never its size field.
+      auto* to = reinterpret_cast<unsigned char*>(out) + size_t{i} * stride;
+      const auto* from = reinterpret_cast<const unsigned char*>(&row);
+      for (const auto& [offset, bytes] :
+           {std::pair{offsetof(pvemu_kvm_msr_count, msr), sizeof row.msr},
+            std::pair{offsetof(pvemu_kvm_msr_count, write), sizeof row.write},
+            std::pair{offsetof(pvemu_kvm_msr_count, action), sizeof row.action},
+            std::pair{offsetof(pvemu_kvm_msr_count, other), sizeof row.other},
+            std::pair{offsetof(pvemu_kvm_msr_count, count), sizeof row.count}}) {
+        if (offset + bytes <= stride) std::memcpy(to + offset, from + offset, bytes);
+      }
+    }
+    return static_cast<int>(n);
+  });
+}
+
+const char* pvemu_kvm_msr_action_name(uint32_t action) {
+  static_assert(PVEMU_KVM_MSR_GP == static_cast<int>(pvemu::dispatch::MsrAction::kGp) &&
+                    PVEMU_KVM_MSR_UNKNOWN_GP ==
+                        static_cast<int>(pvemu::dispatch::MsrAction::kUnknownGp) &&
+                    PVEMU_KVM_MSR_LEARN_RELAXED ==
+                        static_cast<int>(pvemu::dispatch::MsrAction::kLearnRelaxed),
+                "enum pvemu_kvm_msr_action must equal dispatch::MsrAction");
+  if (action > PVEMU_KVM_MSR_LEARN_RELAXED) return "?";
+  static const std::string* names = [] {
+    auto* n = new std::string[PVEMU_KVM_MSR_LEARN_RELAXED + 1];
+    for (int a = 0; a <= PVEMU_KVM_MSR_LEARN_RELAXED; ++a) {
+      n[a] = std::string(pvemu::dispatch::MsrActionName(static_cast<pvemu::dispatch::MsrAction>(a)));
+    }
+    return n;
+  }();
+  return names[action].c_str();
 }
 
 uint64_t pvemu_kvm_generation(const pvemu_kvm* kvm) {

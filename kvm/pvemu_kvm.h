@@ -106,6 +106,11 @@ struct pvemu_kvm_options {
    * relaxed, that it was (`pvemuctl replay` and `suggest` read it). Written
    * out completely by pvemu_kvm_close. NULL or "": no capture. */
   const char *capture;
+  /* Appended: nonzero counts MSR accesses per (MSR, access, action) for
+   * pvemu_kvm_msr_counts (a few hundred nanoseconds of hashing per MSR exit
+   * fewer than a daemon round trip; a subscribed data plane always counts,
+   * for pvemud). 0: the exits count only in pvemu_kvm_stats. */
+  uint32_t count_msrs;
 };
 
 /*
@@ -213,6 +218,51 @@ int pvemu_kvm_vcpu_stats(const pvemu_kvm_vcpu *vcpu, struct pvemu_kvm_stats *out
  * vCPUs; takes a short lock that no exit takes), written and returned as
  * pvemu_kvm_vcpu_stats does. A NULL kvm has zero counts. */
 int pvemu_kvm_totals(const pvemu_kvm *kvm, struct pvemu_kvm_stats *out);
+
+/* What decided an MSR access, as `pvemuctl stats --msrs` and pvemud's
+ * pvemu_msr_accesses_total name it (pvemu_kvm_msr_action_name). */
+enum pvemu_kvm_msr_action {
+  PVEMU_KVM_MSR_PASSTHROUGH = 0,
+  PVEMU_KVM_MSR_CONST = 1,
+  PVEMU_KVM_MSR_SHADOW = 2,
+  PVEMU_KVM_MSR_ZERO = 3,
+  PVEMU_KVM_MSR_GP = 4,
+  PVEMU_KVM_MSR_IGNORE = 5,
+  PVEMU_KVM_MSR_UNKNOWN_GP = 6,       /* no rule: the unknown-MSR mode */
+  PVEMU_KVM_MSR_UNKNOWN_RELAXED = 7,
+  PVEMU_KVM_MSR_LEARN_RELAXED = 8,    /* a learning domain's would-be #GP */
+};
+
+/* One (MSR, access, action) and how many accesses it had. Grows as the
+ * other structs do: `size` first, fields appended. */
+struct pvemu_kvm_msr_count {
+  uint32_t size;    /* caller: sizeof as its header declares it */
+  uint32_t msr;     /* the MSR; 0 when `other` */
+  uint32_t write;   /* 1: WRMSR, 0: RDMSR */
+  uint32_t action;  /* enum pvemu_kvm_msr_action */
+  uint32_t other;   /* 1: the MSRs past the per-domain bound of 64 unnamed
+                     * MSRs, together */
+  uint32_t reserved;
+  uint64_t count;
+};
+
+/*
+ * The handle's MSR accesses by (MSR, access, action), every vCPU's, open or
+ * closed, sorted by MSR (other last), access, action; needs
+ * options->count_msrs (or a subscribed handle). Writes at most `max` rows
+ * into out[0..max), each out[i].size bytes apart as out[0].size says (set it
+ * to sizeof(struct pvemu_kvm_msr_count)); a field past that size is not
+ * written. Returns the number of rows there are (which may exceed max: call
+ * again with a larger array), or a negative errno: -EINVAL for a NULL kvm, a
+ * NULL out with max > 0, or out[0].size below 8 or above 4096;
+ * -EOPNOTSUPP when the handle does not count MSR accesses.
+ * Off the exit path: takes the handle's locks and allocates.
+ */
+int pvemu_kvm_msr_counts(const pvemu_kvm *kvm, struct pvemu_kvm_msr_count *out, uint32_t max);
+
+/* "PASSTHROUGH", ..., "LEARN_RELAXED"; "?" for a value this library does not
+ * know. */
+const char *pvemu_kvm_msr_action_name(uint32_t action);
 
 /* The policy generation in force (the daemon's, when subscribed). */
 uint64_t pvemu_kvm_generation(const pvemu_kvm *kvm);

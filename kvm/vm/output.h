@@ -21,6 +21,8 @@ struct Summary {
   double seconds = 0;
   ExitCounts exits;
   pvemu_kvm_stats pvemu{};  // the sum of the vCPUs' counts
+  // Per (MSR, access, action), from pvemu_kvm_msr_counts (--stats, -o json).
+  std::vector<pvemu_kvm_msr_count> msrs;
 
   double PvemuNsPerExit() const {
     const uint64_t n = pvemu.rdmsr + pvemu.wrmsr + pvemu.io;
@@ -28,8 +30,9 @@ struct Summary {
   }
 };
 
-// Sums the counts of every vCPU, after their threads are joined.
-Summary Summarize(int status, uint64_t generation, double seconds,
+// Sums the counts of every vCPU, after their threads are joined, and reads
+// the MSR rows of `pvemu`.
+Summary Summarize(int status, pvemu_kvm* pvemu, double seconds,
                   const std::vector<std::unique_ptr<Vcpu>>& vcpus);
 
 // --stats: the summary as text on stderr.

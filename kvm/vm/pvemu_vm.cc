@@ -41,8 +41,7 @@ int Main(int argc, char** argv) {
   Vm vm = SetUpVm(f);
   Devices devices;
   const RunResult run = RunVm(vm, devices, f.timeout_s);
-  const Summary summary =
-      Summarize(run.status, pvemu_kvm_generation(vm.pvemu), run.seconds, vm.vcpus);
+  const Summary summary = Summarize(run.status, vm.pvemu, run.seconds, vm.vcpus);
   if (f.stats) PrintStatsText(summary);
   if (f.json) PrintStatsJson(summary, devices.last_console_byte());
   TearDownVm(vm);

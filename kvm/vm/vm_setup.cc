@@ -90,6 +90,8 @@ pvemu_kvm* OpenPvemu(const Flags& f) {
   options.host = f.host.c_str();
   options.host_profile = f.host_profile.empty() ? nullptr : f.host_profile.c_str();
   options.capture = f.capture.empty() ? nullptr : f.capture.c_str();
+  // The summary's MSR rows (--stats, -o json) need the per-MSR counts.
+  options.count_msrs = f.stats || f.json ? 1 : 0;
   pvemu_kvm* pvemu = nullptr;
   if (const int rc = pvemu_kvm_open(&options, &pvemu); rc < 0) {
     Fail("pvemu_kvm_open (%s %s) failed: %s", f.policy.empty() ? "--server" : "--policy",

@@ -242,6 +242,22 @@ TEST_F(KvmMsrActionTest, GpFaultsReadsAndWritesAndTheGuestsHandlerCountsEachFaul
   EXPECT_EQ(Count(run, kOutcomes, kException), 4u) << run.Describe();
 }
 
+// The summary's MSR rows (pvemu_kvm_msr_counts): one per (MSR, access,
+// action), as `pvemuctl stats --msrs` counts them, exactly what the guest did.
+TEST_F(KvmMsrActionTest, TheSummaryHasOneRowPerMsrAccessAndAction) {
+  const VmRun& run = Run();
+  ASSERT_CLEAN_RUN(run);
+  for (const char* row : {
+           R"({"msr":"0xce","access":"read","action":"PASSTHROUGH","count":1})",
+           R"({"msr":"0x12345600","access":"write","action":"GP","count":1})",
+           R"({"msr":"0x12345602","access":"read","action":"GP","count":1})",
+           R"({"msr":"0x12345605","access":"write","action":"SHADOW","count":2})",
+           R"({"msr":"0x1b0","access":"read","action":"SHADOW","count":2})",
+       }) {
+    EXPECT_THAT(run.summary_line, HasSubstr(row)) << run.Describe();
+  }
+}
+
 TEST_F(KvmMsrActionTest, IgnoreCompletesTheWriteAndKeepsTheValue) {
   const VmRun& run = Run();
   ASSERT_CLEAN_RUN(run);
