@@ -14,6 +14,7 @@
 #include "base/status_macros.h"
 #include "base/textproto.h"
 #include "client/cli.h"
+#include "client/domain_policy_view.h"
 #include "client/flags.h"
 #include "client/learn.h"
 #include "client/offline.h"
@@ -67,39 +68,6 @@ bool ToRelaxed(const emulator::Trap& trap, const emulator::Instruction& insn,
     default:
       return false;
   }
-}
-
-// The policy and host vendor pvemud runs (GetPolicy, GetStats), with
-// positions as `pvemuctl policy get` prints them.
-struct LivePolicy {
-  policy::LoadedPolicy loaded;
-  v1::Vendor vendor = v1::VENDOR_UNSPECIFIED;
-};
-absl::StatusOr<LivePolicy> FetchLivePolicy() {
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
-  v1::GetPolicyResponse got;
-  {
-    auto stub = v1::PolicyService::NewStub(channel);
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    RETURN_IF_ERROR(FromGrpc(stub->GetPolicy(&context, v1::GetPolicyRequest(), &got)));
-  }
-  v1::StatsResponse stats;
-  {
-    auto stub = v1::EmulatorService::NewStub(channel);
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    RETURN_IF_ERROR(FromGrpc(stub->GetStats(&context, v1::StatsRequest(), &stats)));
-  }
-  const std::string name = absl::StrCat("pvemud generation ", got.generation());
-  const std::string text = absl::StrCat("# generation ", got.generation(), "\n", got.textproto());
-  std::optional<policy::SourceMap> source =
-      policy::SourceMap::FromPrinterOutput(name, *v1::Policy::descriptor(), text);
-  LivePolicy live;
-  live.loaded.policy = got.policy();
-  live.loaded.source = source.has_value() ? std::move(*source) : policy::SourceMap(name);
-  live.vendor = stats.host_vendor();
-  return live;
 }
 
 // --- Changes: recorded answers against a candidate's ------------------------
@@ -371,7 +339,7 @@ int RunReplayChanges(const std::vector<std::string>& captures) {
                            "the daemon's live policy with --server, not both\n");
       return kExitInvalid;
     }
-    absl::StatusOr<LivePolicy> live = FetchLivePolicy();
+    absl::StatusOr<DaemonPolicy> live = FetchDaemonPolicy();
     if (!live.ok()) {
       std::fprintf(stderr, "pvemuctl: %s\n", std::string(live.status().message()).c_str());
       return kExitInvalid;
@@ -407,7 +375,7 @@ int RunApplyDryRun(const std::string& textproto, const std::string& source_name,
       "check the edit against"));
   absl::StatusOr<policy::LoadedPolicy> file = policy::ParsePolicy(textproto, source_name);
   if (!file.ok()) return fail(file.status());
-  absl::StatusOr<LivePolicy> live = FetchLivePolicy();
+  absl::StatusOr<DaemonPolicy> live = FetchDaemonPolicy();
   if (!live.ok()) return fail(live.status());
   if (layer == nullptr) return ReportChanges(*file, live->vendor, captures);
   // As ApplyLayer composes: the live policy with one layer replaced.

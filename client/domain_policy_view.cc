@@ -50,7 +50,7 @@ int RunDomainPolicyView(const std::vector<std::string>& args, absl::string_view 
   return status.ok() ? kExitOk : Fail(status);
 }
 
-absl::StatusOr<std::shared_ptr<const policy::Snapshot>> DaemonSnapshot() {
+absl::StatusOr<DaemonPolicy> FetchDaemonPolicy() {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, Connect());
   v1::GetPolicyResponse policy;
   {
@@ -59,7 +59,7 @@ absl::StatusOr<std::shared_ptr<const policy::Snapshot>> DaemonSnapshot() {
     SetDeadline(&context);
     RETURN_IF_ERROR(FromGrpc(stub->GetPolicy(&context, v1::GetPolicyRequest(), &policy)));
   }
-  // The filter depends on the vendor the daemon compiles for (vendor rules).
+  // Filters and decisions depend on the vendor the daemon compiles for.
   v1::StatsResponse stats;
   {
     auto stub = v1::EmulatorService::NewStub(channel);
@@ -79,8 +79,17 @@ absl::StatusOr<std::shared_ptr<const policy::Snapshot>> DaemonSnapshot() {
     absl::StatusOr<policy::LoadedPolicy> parsed = policy::ParsePolicy(text, name);
     source = parsed.ok() ? std::move(parsed->source) : policy::SourceMap(name);
   }
-  return policy::CompilePolicy(policy.policy(), *source, stats.host_vendor(),
-                               policy.generation());
+  DaemonPolicy out;
+  out.loaded = policy::LoadedPolicy{policy.policy(), std::move(*source)};
+  out.vendor = stats.host_vendor();
+  out.generation = policy.generation();
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const policy::Snapshot>> DaemonSnapshot() {
+  ASSIGN_OR_RETURN(DaemonPolicy daemon, FetchDaemonPolicy());
+  return policy::CompilePolicy(daemon.loaded.policy, daemon.loaded.source, daemon.vendor,
+                               daemon.generation);
 }
 
 absl::StatusOr<std::shared_ptr<const policy::Snapshot>> SnapshotFromFlags() {

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "enforce/kvm_msr_filter.h"
 #include "policy/compile.h"
+#include "policy/loader.h"
 
 namespace pvemu::client {
 
@@ -33,6 +34,16 @@ int RunDomainPolicyView(const std::vector<std::string>& args, absl::string_view 
 // function of it. Rules are located as "pvemud generation G:LINE", LINE
 // being the line in `pvemuctl policy get`'s output at generation G.
 absl::StatusOr<std::shared_ptr<const policy::Snapshot>> DaemonSnapshot();
+
+// The daemon's current policy (GetPolicy) with positions as `pvemuctl policy
+// get` prints them, and the vendor it compiles for (GetStats): what
+// DaemonSnapshot compiles, for commands that compose or replay it.
+struct DaemonPolicy {
+  policy::LoadedPolicy loaded;
+  v1::Vendor vendor = v1::VENDOR_UNSPECIFIED;
+  uint64_t generation = 0;
+};
+absl::StatusOr<DaemonPolicy> FetchDaemonPolicy();
 
 // As explain does: --server given, DaemonSnapshot(); otherwise --policy
 // (default: the shipped default) compiled for --host-vendor, else for the
