@@ -576,6 +576,19 @@ emulator::Outcome DispatchTesting::HandleWithoutObservers(Dispatcher::Session& s
   return session.HandleImpl<false>(trap, nullptr, nullptr);
 }
 
+void LearnedToProto(const LearnedAccess& a, v1::LearnedAccess* msg) {
+  msg->set_domain(a.domain);
+  msg->set_instruction(std::string(InstructionLabel(static_cast<int>(a.insn))));
+  msg->set_index(a.index);
+  msg->set_access(a.write ? "write" : "read");
+  msg->set_width(a.width);
+  msg->set_count(a.count);
+  msg->set_rule(a.rule);
+  msg->set_enforcing(a.enforcing);
+  msg->set_given(a.given);
+  msg->set_rip(a.rip);
+}
+
 void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
                  const emulator::Instruction& insn, emulator::DecodeError error,
                  uint64_t generation, v1::Outcome* msg) {

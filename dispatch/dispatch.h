@@ -34,6 +34,7 @@
 #include "dispatch/observer.h"
 #include "dispatch/shadow_store.h"
 #include "dispatch/trap_counts.h"
+#include "pvemu/v1/service.pb.h"
 #include "pvemu/v1/trap.pb.h"
 
 namespace pvemu::dispatch {
@@ -252,6 +253,10 @@ class Dispatcher {
 void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
                  const emulator::Instruction& insn, emulator::DecodeError error,
                  uint64_t generation, v1::Outcome* msg);
+
+// One learned access as the API carries it (GetStats, a KVM data plane's
+// report): the instruction by its label, the access as "read"|"write".
+void LearnedToProto(const LearnedAccess& a, v1::LearnedAccess* msg);
 
 }  // namespace pvemu::dispatch
 

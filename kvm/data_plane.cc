@@ -550,17 +550,7 @@ void DataPlane::FillReport(v1::KvmTrapBatch* batch) {
     out->set_count(m.count);
   }
   for (const dispatch::LearnedAccess& a : dispatcher_->Learned()) {
-    v1::LearnedAccess* out = batch->add_learned();
-    out->set_domain(a.domain);
-    out->set_instruction(std::string(dispatch::InstructionLabel(static_cast<int>(a.insn))));
-    out->set_index(a.index);
-    out->set_access(a.write ? "write" : "read");
-    out->set_width(a.width);
-    out->set_count(a.count);
-    out->set_rule(a.rule);
-    out->set_enforcing(a.enforcing);
-    out->set_given(a.given);
-    out->set_rip(a.rip);
+    dispatch::LearnedToProto(a, batch->add_learned());
   }
   absl::MutexLock lock(&log_mu_);
   for (std::string& line : log_) batch->add_log(std::move(line));

@@ -149,17 +149,7 @@ grpc::Status EmulatorServiceImpl::GetStats(grpc::ServerContext* context,
     if (kvm_ != nullptr) kvm_->AddLearnedTo(&learned);
     for (const dispatch::LearnedAccess& a : learned) {
       if (request->has_domain() && a.domain != request->domain()) continue;
-      v1::LearnedAccess* l = response->add_learned();
-      l->set_domain(a.domain);
-      l->set_instruction(std::string(dispatch::InstructionLabel(static_cast<int>(a.insn))));
-      l->set_index(a.index);
-      l->set_access(a.write ? "write" : "read");
-      l->set_width(a.width);
-      l->set_count(a.count);
-      l->set_rule(a.rule);
-      l->set_enforcing(a.enforcing);
-      l->set_given(a.given);
-      l->set_rip(a.rip);
+      dispatch::LearnedToProto(a, response->add_learned());
     }
   }
   return grpc::Status::OK;
