@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/base/attributes.h"
+#include "absl/functional/function_ref.h"
 #include "absl/numeric/int128.h"
 #include "emulator/domain.h"
 #include "emulator/emulate.h"
@@ -64,6 +65,9 @@ class Dispatcher::DomainView final : public emulator::Domain {
   }
   uint32_t looked_up_msr() const { return looked_up_msr_; }
   const MsrDecision& decision() const { return decision_; }
+  // The last lookup's MsrEntry::relaxed bits (a LEARN domain's would-fault
+  // halves), so that marking a relaxed access needs no second lookup.
+  uint8_t relaxed() const { return relaxed_; }
 
   const MsrDecision& Msr(uint32_t index) const override {
     msr_looked_up_ = true;
@@ -79,6 +83,7 @@ class Dispatcher::DomainView final : public emulator::Domain {
     decision_.value = e.value;
     decision_.value_from_host = !e.has_value;
     decision_.writable_mask = e.writable_mask;
+    relaxed_ = e.relaxed;
     return decision_;
   }
 
@@ -134,6 +139,7 @@ class Dispatcher::DomainView final : public emulator::Domain {
   mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
   mutable uint32_t looked_up_msr_ = 0;
   mutable bool msr_looked_up_ = false;
+  mutable uint8_t relaxed_ = 0;
 };
 
 // One session's counters: its tables, written only by its thread (relaxed
@@ -367,7 +373,8 @@ constexpr size_t kMaxFirstAccessLogs = 4096;
 ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const std::function<void(absl::string_view)>& log,
                                             const policy::Snapshot& snapshot, uint32_t domain,
                                             uint32_t msr, bool write,
-                                            const emulator::MsrDecision& decision, uint64_t rip) {
+                                            const emulator::MsrDecision& decision,
+                                            absl::FunctionRef<uint64_t()> rip) {
   bool decoded_write = false;
   const MsrAction action =
       TrapCountTables::DecodeMsrAction(TrapCountTables::MsrCode(write, decision), &decoded_write);
@@ -399,7 +406,7 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const std::function<void(absl::strin
   log(absl::StrFormat(
       "first %s of MSR 0x%x%s%s%s by domain %u: %s by %s at rip 0x%llx; repeats are only counted",
       write ? "write" : "read", msr, name.empty() ? "" : " (", name, name.empty() ? "" : ")",
-      domain, MsrActionName(action), rule, static_cast<unsigned long long>(rip)));
+      domain, MsrActionName(action), rule, static_cast<unsigned long long>(rip())));
 }
 
 }  // namespace
@@ -421,7 +428,8 @@ void Dispatcher::Session::NoteLearning(const policy::Snapshot& snapshot,
     case emulator::InsnKind::kRdmsr:
     case emulator::InsnKind::kWrmsr: {
       index = static_cast<uint32_t>(trap.regs.gpr[emulator::kRcx]);
-      const uint8_t relaxed = snap.Lookup(index).relaxed;
+      // A completed RDMSR/WRMSR looked its MSR up during this trap.
+      const uint8_t relaxed = view_->relaxed();
       const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
       const bool was_fault =
           write ? (relaxed & policy::MsrEntry::kRelaxedWrite) != 0 ||
@@ -449,7 +457,7 @@ void Dispatcher::Session::NoteLearning(const policy::Snapshot& snapshot,
   // This session's first: the dispatcher keeps the first of all sessions.
   LearnedAccess first;
   DecodeLearnedKey(key, &first);
-  first.rip = trap.regs.rip;
+  first.rip = FirstAccessRip(trap);
   if (width == 0) {
     const policy::Explanation e = policy::ExplainEnforcedMsr(
         snapshot, trap.domain, index, first.write ? std::optional<uint64_t>(0) : std::nullopt);
@@ -525,8 +533,8 @@ void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const em
     if (tables.CountMsr(trap.domain, view_->looked_up_msr(), write, view_->decision(),
                         out.relaxed) &&
         !out.relaxed) [[unlikely]] {
-      LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view_->looked_up_msr(), write, view_->decision(),
-                     trap.regs.rip);
+      LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view_->looked_up_msr(), write,
+                     view_->decision(), [&] { return FirstAccessRip(trap); });
     }
   }
 }

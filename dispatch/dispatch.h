@@ -104,6 +104,15 @@ class Dispatcher {
                              emulator::DecodeError* error = nullptr);
     // The policy generation the last Handle() used.
     uint64_t generation() const { return reader_.generation(); }
+    // For a trap source whose traps may carry no RIP (regs.rip 0: a KVM MSR
+    // or I/O exit names only the access): `rip(context)` gives the guest RIP
+    // of the trap being handled. Called only when a first access is recorded (a
+    // few thousand times a process at most), never per trap, so it may
+    // cost a system call (KVM_GET_REGS). Null: the trap's regs.rip.
+    void SetRipSource(uint64_t (*rip)(void* context), void* context) {
+      rip_source_ = rip;
+      rip_context_ = context;
+    }
 
    private:
     friend class Dispatcher;
@@ -156,6 +165,14 @@ class Dispatcher {
     CachedDomain domain_cache_[kDomainCacheSize];
     uint64_t domain_cache_generation_ = 0;
     std::unique_ptr<DomainView> view_;
+    uint64_t (*rip_source_)(void*) = nullptr;
+    void* rip_context_ = nullptr;
+    // The trap's RIP for a first-access record: its own, else the source's
+    // (SetRipSource).
+    uint64_t FirstAccessRip(const emulator::Trap& trap) const {
+      if (trap.regs.rip != 0 || rip_source_ == nullptr) return trap.regs.rip;
+      return rip_source_(rip_context_);
+    }
   };
 
   std::unique_ptr<Session> NewSession();

@@ -169,10 +169,20 @@ absl::StatusOr<std::vector<CpuidLeaf>> GuestCpuid(const std::vector<CpuidLeaf>& 
 
 // --- Vcpu ---------------------------------------------------------------------
 
-Vcpu::Vcpu(DataPlane* plane, uint32_t index, size_t run_size)
-    : plane_(plane), index_(index), run_size_(run_size),
+Vcpu::Vcpu(DataPlane* plane, uint32_t index, size_t run_size, int vcpu_fd)
+    : plane_(plane), index_(index), run_size_(run_size), vcpu_fd_(vcpu_fd),
       session_(plane->dispatcher_->NewSession()) {
+  if (vcpu_fd_ >= 0) session_->SetRipSource(&Vcpu::GuestRip, this);
   plane_->Register(this);
+}
+
+uint64_t Vcpu::GuestRip(void* vcpu) {
+  // Called on the vCPU's own thread during its exit, while it is not in
+  // KVM_RUN. An MSR or I/O exit leaves RIP at the instruction: KVM moves
+  // past it only when the vCPU runs again.
+  struct kvm_regs regs;
+  if (ioctl(static_cast<Vcpu*>(vcpu)->vcpu_fd_, KVM_GET_REGS, &regs) != 0) return 0;
+  return regs.rip;
 }
 
 Vcpu::~Vcpu() { plane_->Unregister(this); }
@@ -189,6 +199,14 @@ pvemu_kvm_stats Vcpu::stats() const {
       static_cast<double>(counters_.ticks.load(std::memory_order_relaxed)) *
       plane_->NanosPerTick());
   return s;
+}
+
+// The guest RIP when the VMM asked KVM to copy the registers into kvm_run
+// at every exit (KVM_CAP_SYNC_REGS, kvm_valid_regs): free then, and the
+// capture's records carry it; else 0 (first-access records read it apart,
+// Vcpu::GuestRip).
+static inline uint64_t ExitRip(const struct kvm_run& run) {
+  return (run.kvm_valid_regs & KVM_SYNC_X86_REGS) != 0 ? run.s.regs.regs.rip : 0;
 }
 
 // Single-writer counters: a relaxed load and store, no locked instruction.
@@ -236,6 +254,7 @@ int Vcpu::HandleMsr(struct kvm_run* run, bool write) {
   trap.insn_len = 2;
   trap.insn[0] = 0x0f;
   trap.insn[1] = write ? 0x30 : 0x32;
+  trap.regs.rip = ExitRip(*run);
   trap.regs.gpr[emulator::kRcx] = run->msr.index;
   if (write) {
     trap.regs.gpr[emulator::kRax] = run->msr.data & 0xffffffffu;
@@ -279,6 +298,7 @@ int Vcpu::HandleIo(struct kvm_run* run) {
   if (size == 2) trap.insn[n++] = 0x66;
   trap.insn[n++] = static_cast<uint8_t>((out_dir ? 0xee : 0xec) | (size == 1 ? 0 : 1));
   trap.insn_len = n;
+  trap.regs.rip = ExitRip(*run);
   trap.regs.gpr[emulator::kRdx] = run->io.port;
   // A string instruction (count > 1) is decided element by element, as the
   // CPU performs it.
@@ -487,11 +507,11 @@ absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_f
                                    " (KVM refuses CPUID changes after the first KVM_RUN)"),
                       errno);
   }
-  return NewVcpu(index, static_cast<size_t>(run_size));
+  return NewVcpu(index, static_cast<size_t>(run_size), vcpu_fd);
 }
 
-std::unique_ptr<Vcpu> DataPlane::NewVcpu(uint32_t index, size_t run_size) {
-  return std::unique_ptr<Vcpu>(new Vcpu(this, index, run_size));
+std::unique_ptr<Vcpu> DataPlane::NewVcpu(uint32_t index, size_t run_size, int vcpu_fd) {
+  return std::unique_ptr<Vcpu>(new Vcpu(this, index, run_size, vcpu_fd));
 }
 
 absl::Status DataPlane::Apply(const pvemu::v1::Policy& policy, const policy::SourceMap& source,

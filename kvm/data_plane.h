@@ -57,13 +57,18 @@ class Vcpu {
 
  private:
   friend class DataPlane;
-  Vcpu(DataPlane* plane, uint32_t index, size_t run_size);
+  Vcpu(DataPlane* plane, uint32_t index, size_t run_size, int vcpu_fd);
   int HandleMsr(struct kvm_run* run, bool write);
   int HandleIo(struct kvm_run* run);
+  // The guest RIP at the exit being handled (KVM_GET_REGS: an exit's
+  // kvm_run names the access, not where it was), for first-access records
+  // only (Dispatcher::Session::SetRipSource); 0 when it cannot be read.
+  static uint64_t GuestRip(void* vcpu);
 
   DataPlane* const plane_;
   const uint32_t index_;
   const size_t run_size_;  // the kvm_run mapping's size, bounding I/O data
+  const int vcpu_fd_;      // -1 when the tests drive exits without KVM
   std::unique_ptr<dispatch::Dispatcher::Session> session_;
   // Written by this vCPU's thread only; read by others (stats) relaxed.
   struct Counters {
@@ -86,7 +91,8 @@ class DataPlane {
   // The exit handler of vCPU `index` whose CPUID is set up, for a kvm_run
   // mapping of `run_size` bytes (OpenVcpu's second half; tests drive exits
   // through it without /dev/kvm).
-  std::unique_ptr<Vcpu> NewVcpu(uint32_t index, size_t run_size);
+  // `vcpu_fd` (-1: none) is read only for first-access RIPs.
+  std::unique_ptr<Vcpu> NewVcpu(uint32_t index, size_t run_size, int vcpu_fd = -1);
 
   // Checks `policy` for this domain (valid, expressible as a filter, CPUID
   // consistent with guest_vendor), then swaps it in atomically as

@@ -147,6 +147,10 @@ int pvemu_kvm_setup_vm(pvemu_kvm *kvm, int vm_fd);
  * come from the `host` backend, masked as the policy says; a guest_vendor
  * sets leaf 0's vendor string. KVM refuses CPUID changes after the first
  * KVM_RUN, so CPUID edits reach only vCPUs opened afterwards.
+ * `vcpu_fd` must stay open until pvemu_kvm_vcpu_close: an exit that records
+ * a first access (the first-access log, a learning domain's first relaxed
+ * access) reads the guest RIP with KVM_GET_REGS on it, from the thread
+ * calling pvemu_kvm_handle_exit.
  * On success *out holds the vCPU and 0 is returned.
  */
 int pvemu_kvm_vcpu_open(pvemu_kvm *kvm, int kvm_fd, int vcpu_fd, uint32_t index,

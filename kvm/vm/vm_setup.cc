@@ -149,7 +149,8 @@ void LoadGuest(uint8_t* ram, int image_fd, uint64_t image_size, const std::strin
 }
 
 // 5. vCPU `i`: create, map kvm_run, pvemu's CPUID, then the entry state.
-std::unique_ptr<Vcpu> CreateVcpu(const Vm& vm, uint32_t i, uint32_t nvcpus, size_t run_size) {
+std::unique_ptr<Vcpu> CreateVcpu(const Vm& vm, uint32_t i, uint32_t nvcpus, size_t run_size,
+                                 bool sync_regs) {
   auto cpu = std::make_unique<Vcpu>();
   cpu->index = i;
   cpu->fd = ioctl(vm.vm_fd, KVM_CREATE_VCPU, i);
@@ -158,6 +159,9 @@ std::unique_ptr<Vcpu> CreateVcpu(const Vm& vm, uint32_t i, uint32_t nvcpus, size
   void* run = mmap(nullptr, cpu->run_size, PROT_READ | PROT_WRITE, MAP_SHARED, cpu->fd, 0);
   if (run == MAP_FAILED) Fail("mmap of vCPU %u's kvm_run failed: %s", i, std::strerror(errno));
   cpu->run = static_cast<kvm_run*>(run);
+  // KVM copies the registers into kvm_run at every exit, so that the
+  // capture's records carry the guest RIP of each MSR and port access.
+  if (sync_regs) cpu->run->kvm_valid_regs = KVM_SYNC_X86_REGS;
   if (pvemu_kvm_vcpu_open(vm.pvemu, vm.kvm_fd, cpu->fd, i, &cpu->pvemu) < 0) {
     Fail("pvemu_kvm_vcpu_open for vCPU %u failed: %s", i, pvemu_kvm_last_error());
   }
@@ -166,13 +170,17 @@ std::unique_ptr<Vcpu> CreateVcpu(const Vm& vm, uint32_t i, uint32_t nvcpus, size
   return cpu;
 }
 
-void CreateVcpus(uint32_t nvcpus, Vm* vm) {
+void CreateVcpus(uint32_t nvcpus, bool capture, Vm* vm) {
   const int run_size = ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
   if (run_size < static_cast<int>(sizeof(kvm_run))) {
     Fail("KVM_GET_VCPU_MMAP_SIZE gave %d: %s", run_size, std::strerror(errno));
   }
+  // With a capture, registers in kvm_run where KVM offers them (x86 since
+  // Linux 4.19); without, the capture's records have RIP 0.
+  const int sync = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_SYNC_REGS);
+  const bool sync_regs = capture && sync > 0 && (sync & KVM_SYNC_X86_REGS) != 0;
   for (uint32_t i = 0; i < nvcpus; ++i) {
-    vm->vcpus.push_back(CreateVcpu(*vm, i, nvcpus, static_cast<size_t>(run_size)));
+    vm->vcpus.push_back(CreateVcpu(*vm, i, nvcpus, static_cast<size_t>(run_size), sync_regs));
   }
 }
 
@@ -190,7 +198,7 @@ Vm SetUpVm(const Flags& f) {
   vm.ram = MapRam(vm.vm_fd, f, vm.ram_bytes);
   SetUpVmExits(vm.vm_fd, vm.pvemu);
   LoadGuest(vm.ram, image_fd, image_size, f.image);
-  CreateVcpus(f.vcpus, &vm);
+  CreateVcpus(f.vcpus, !f.capture.empty(), &vm);
   return vm;
 }
 

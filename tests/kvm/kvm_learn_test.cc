@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -100,6 +101,10 @@ class KvmLearnTest : public ::testing::Test {
     EXPECT_THAT(draft.out, HasSubstr("msr: \"0x12345610\"\n    read: ZERO\n"));
     EXPECT_THAT(draft.out, HasSubstr("io_port {\n    first: 1296\n    last: 1299"));
     EXPECT_THAT(draft.out, Not(HasSubstr("0x12345601")));  // allowed while enforcing
+    // pvemu-vm --capture has KVM copy the registers out at each exit, so the
+    // comments name each first access's guest RIP (the image is at 0x100000).
+    EXPECT_THAT(draft.out, ::testing::ContainsRegex("record [0-9]+, rip 0x10[0-9a-f]{4}"));
+    EXPECT_THAT(draft.out, Not(HasSubstr("rip 0x0\n")));
     const std::string enforcing = dir_ + "/enforcing.textproto";
     std::ofstream(enforcing) << ReadFile(base_) << draft.out;
     const CtlRun valid = Ctl({"validate", enforcing});
@@ -167,6 +172,63 @@ TEST_F(KvmLearnTest, SubscribedToPvemudSwitchedToLearnWithSetMode) {
   const VmRun after = Run("learn", server);
   ASSERT_EQ(after.status, 0) << after.Describe();
   EXPECT_THAT(after.console, HasSubstr("cpu0: gp 4\n"));
+  daemon.Signal(SIGTERM);
+  daemon.Wait();
+}
+
+// The switch made while the guest runs: learn_switch.S spins on a GP-ruled
+// MSR under the base policy in ENFORCE until `policy set-mode learn` reaches
+// its VM at the next trap (no restart); then it makes learn.S's accesses and
+// sees no #GP, and `suggest --server` drafts the layer from the daemon's
+// learned records, each with the guest RIP of its first access.
+TEST_F(KvmLearnTest, SubscribedGuestSwitchedToLearnWhileItRunsStopsFaultingAtItsNextTrap) {
+  ChildProcess daemon;
+  const std::string socket = dir_ + "/pvemu.sock";
+  ASSERT_TRUE(daemon.Start({PvemudPath(), "--listen=unix:" + socket,
+                            "--state-dir=" + dir_ + "/state", "--policy=" + base_}))
+      << daemon.stderr_text();
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(30)))
+      << daemon.stderr_text();
+  const std::string server = "--server=unix:" + socket;
+  ChildProcess vm;
+  ASSERT_TRUE(vm.Start({PvemuVmPath(), absl::StrCat("--domain=", kDomain), server,
+                        "--timeout=120", GuestPath("learn_switch")}))
+      << vm.stderr_text();
+  // The guest faults while it waits: its VM reports the #GPs to pvemud.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  uint64_t faults = 0;
+  while (faults < 10 && std::chrono::steady_clock::now() < deadline) {
+    vm.Pump(std::chrono::milliseconds(100));
+    const CtlRun stats = Ctl({server, "-o", "json", "stats"});
+    const size_t at = stats.out.find("\"exceptions\":");
+    if (at != std::string::npos) faults = std::strtoull(stats.out.c_str() + at + 13, nullptr, 10);
+  }
+  ASSERT_GE(faults, 10u) << vm.stderr_text() << daemon.stderr_text();
+  const CtlRun learn = Ctl({server, "policy", "set-mode", "--domain=1", "learn"});
+  ASSERT_EQ(learn.status, 0) << learn.out << learn.err;
+  const int status = vm.Finish(std::chrono::seconds(120));
+  ASSERT_EQ(status, 0) << vm.stdout_text() << vm.stderr_text();
+  const std::string console = vm.stdout_text();
+  const size_t switched = console.find("cpu0: switched to learning\n");
+  ASSERT_NE(switched, std::string::npos) << console;
+  EXPECT_THAT(console.substr(switched), Not(HasSubstr("#GP"))) << console;
+  EXPECT_TRUE(absl::EndsWith(console, "cpu0: gp 0\n")) << console;
+
+  const CtlRun draft = Ctl({server, "suggest", "--domain=1"});
+  ASSERT_EQ(draft.status, 0) << draft.err;
+  EXPECT_THAT(draft.out, HasSubstr("msr: \"0x12345602\"\n    read: ZERO\n    write: IGNORE"));
+  EXPECT_THAT(draft.out, HasSubstr("msr: \"0x12345610\"\n    read: ZERO\n"));
+  EXPECT_THAT(draft.out, HasSubstr("io_port {\n    first: 1296\n    last: 1299"));
+  EXPECT_THAT(draft.out, Not(HasSubstr("0x12345601")));
+  // Every first occurrence names where the guest was: its image is loaded
+  // at 0x100000 (docs/CLI.md, pvemu-vm).
+  const CtlRun learned = Ctl({server, "-o", "json", "stats", "--learned"});
+  ASSERT_EQ(learned.status, 0) << learned.err;
+  EXPECT_THAT(learned.out, HasSubstr("\"index\":\"0x12345610\""));
+  EXPECT_THAT(learned.out, Not(HasSubstr("\"rip\":\"0x0\""))) << learned.out;
+  EXPECT_THAT(learned.out, ::testing::ContainsRegex("\"rip\":\"0x10[0-9a-f]{4}\"")) << learned.out;
   daemon.Signal(SIGTERM);
   daemon.Wait();
 }
