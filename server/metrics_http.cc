@@ -3,10 +3,14 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -57,6 +61,14 @@ struct MetricsHttpHandler {
                    "text/plain; version=0.0.4; charset=utf-8");
   }
 };
+
+unsigned int MetricsConnectionLimit(uint64_t nofile_soft) {
+  if (nofile_soft == static_cast<uint64_t>(RLIM_INFINITY)) {
+    return MetricsHttpLimits::kMaxConnections;
+  }
+  return static_cast<unsigned int>(std::clamp<uint64_t>(
+      nofile_soft / 2, 1, MetricsHttpLimits::kMaxConnections));
+}
 
 absl::StatusOr<HostPort> ParseMetricsAddress(absl::string_view address) {
   HostPort out;
@@ -110,7 +122,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (fd >= 0) {
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 64) != 0) error = errno;
+    // The listen queue: SOMAXCONN (the kernel caps it at net.core.somaxconn),
+    // not a few dozen, so that a burst of connections (1,000 idle peers
+    // opening at once) is queued, not dropped to SYN retries of 1 s, 3 s ...
+    // that a scraper arriving in the burst would wait out too.
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      error = errno;
+    }
   }
   freeaddrinfo(found);
   if (error != 0) {
@@ -139,14 +157,76 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render)));
   server->address_ = bound.ss_family == AF_INET6 ? absl::StrCat("[", host, "]:", bound_port)
                                                  : absl::StrCat(host, ":", bound_port);
+  rlimit nofile{};
+  server->connection_limit_ = MetricsConnectionLimit(
+      getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? static_cast<uint64_t>(nofile.rlim_cur) : 1024);
+
+  // One thread of MHD's own; epoll(7), else poll(2), never select(2): select
+  // cannot watch a descriptor numbered FD_SETSIZE (1024) or above, and MHD
+  // in select mode closes every connection it accepts on one. pvemud's gRPC
+  // clients, MSR devices and files number many of its descriptors, and
+  // 1,000 idle peers alone pass 1024: in select mode the scraper would be
+  // shut out by descriptor numbers alone, whatever the connection limit.
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD;
+  flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
   if (family == AF_INET6) flags |= MHD_USE_IPv6;
-  // MHD owns the socket from here (MHD_stop_daemon closes it).
+  using Limits = MetricsHttpLimits;
+  // An array, not MHD's varargs: each value's type is then MHD's to convert
+  // (a size_t option given an int through varargs is undefined behaviour).
+  MHD_OptionItem options[] = {
+      // MHD owns the socket from here (MHD_stop_daemon closes it).
+      {MHD_OPTION_LISTEN_SOCKET, fd, nullptr},
+      // Connections at once: above the 1,000 idle peers the endpoint is made
+      // to hold with room for scrapes (a scraper is shut out only when the
+      // limit is full: the kernel then keeps new connections in the listen
+      // queue until a connection ends, at the latest at the idle timeout),
+      // and never more than half of the process's descriptors, so that a
+      // flood of HTTP peers cannot take the descriptors pvemud's gRPC
+      // clients, MSR devices and files need (see MetricsConnectionLimit).
+      {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(server->connection_limit_), nullptr},
+      // No limit per address (0), on purpose: --metrics is mostly bound to
+      // loopback, where every peer, the scraper too, is 127.0.0.1 or ::1; a
+      // per-address limit below the total would then shut the scraper out
+      // as soon as local idle peers reached it, which the total alone does
+      // not. The total and the idle timeout bound what any peer can hold.
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0, nullptr},
+      // Memory per connection: the request line and headers as read and
+      // parsed, and the response's header lines, must fit; the body is
+      // apart (copied into the response). A Prometheus scrape's request is
+      // under 1 KiB, a bearer token a few KiB more: 16 KiB (half MHD's
+      // default of 32 KiB) fits them with room, and bounds what held
+      // connections cost: kMaxConnections x 16 KiB = 32 MiB at most, plus
+      // MHD's record of each (about 0.5 KiB). A longer request line gets
+      // 414, longer headers 431 (or a close).
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(Limits::kConnectionMemoryBytes),
+       nullptr},
+      // Idle timeout: Prometheus' default scrape_timeout is 10 s, so a
+      // scraper gives up on a connection idle that long anyway; a scraper
+      // sends its request at once, so a shorter one would buy nothing
+      // against idle peers (the connection limit is what keeps room for
+      // scrapes) but risk cutting slow links. MHD counts in whole seconds.
+      {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(Limits::kIdleTimeoutSeconds), nullptr},
+      // Strict parsing: an HTTP/1.1 request without Host gets 400 (RFC 9112
+      // 3.2 requires it) and a URL with a space is refused; every scraper
+      // sends Host, and a request two parsers could read two ways (a proxy
+      // in front, MHD behind) is better refused than guessed at.
+      {MHD_OPTION_STRICT_FOR_CLIENT, 1, nullptr},
+      {MHD_OPTION_END, 0, nullptr},
+  };
+  struct stat listening {};
+  fstat(fd, &listening);
   server->daemon_ = MHD_start_daemon(flags, 0, nullptr, nullptr, &MetricsHttpHandler::Handle,
-                                     server.get(), MHD_OPTION_LISTEN_SOCKET, fd,
-                                     MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+                                     server.get(), MHD_OPTION_ARRAY, options, MHD_OPTION_END);
   if (server->daemon_ == nullptr) {
-    close(fd);
+    // MHD 0.9.75 closes the socket when it fails late (its thread would not
+    // start) and not when it refuses early: close `fd` only if it is still
+    // this socket, never a descriptor another thread has opened since under
+    // the same number.
+    struct stat now {};
+    if (fstat(fd, &now) == 0 && now.st_dev == listening.st_dev &&
+        now.st_ino == listening.st_ino) {
+      close(fd);
+    }
     return absl::UnavailableError(
         absl::StrCat("--metrics=", address, ": libmicrohttpd could not start"));
   }

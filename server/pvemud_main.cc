@@ -1,5 +1,6 @@
 // pvemud: the pvemu daemon. See CLI.md, "Daemon", and server/daemon.h.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <memory>
@@ -246,10 +247,24 @@ void RunUntilStopped(const sigset_t& stop_signals, pvemu::server::Daemon& daemon
   std::fprintf(stderr, "pvemud: stopped\n");
 }
 
+// Raises the soft limit on open descriptors to the hard one. systemd starts
+// services at a soft 1024 (for programs that still use select(2), which
+// pvemud does not: gRPC and the metrics endpoint use epoll), and the
+// metrics endpoint holds connections up to half the soft limit
+// (server/metrics_http.h): at 1024 that is 512, fewer than the 1,000 idle
+// peers it is made to hold beside its scrapes.
+void RaiseDescriptorLimit() {
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur >= nofile.rlim_max) return;
+  nofile.rlim_cur = nofile.rlim_max;
+  (void)setrlimit(RLIMIT_NOFILE, &nofile);  // the old limit stands otherwise
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ParseFlags(argc, argv);
+  RaiseDescriptorLimit();
   const sigset_t stop_signals = BlockStopSignals();
 
   absl::StatusOr<pvemu::server::DaemonOptions> options = OptionsFromFlags();
