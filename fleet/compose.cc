@@ -425,6 +425,29 @@ v1::FleetError ErrorOf(const absl::Status& status, const LevelSet& layers) {
       return error;
     }
   }
+  // Else the first key named anywhere ("... ties with the rule for range
+  // 0xc5-0xcc at /pvemu/policy/default:1": a fleet rule that ties with one
+  // of the host's base policy, whose file the validator names first), so
+  // that `fleet status` names the value to change. The message stays whole.
+  size_t first = absl::string_view::npos;
+  for (const auto& [key, value] : layers) {
+    const std::string at = absl::StrCat(key, ":");
+    for (size_t pos = status.message().find(at); pos != absl::string_view::npos;
+         pos = status.message().find(at, pos + 1)) {
+      // A whole key: not the tail of a longer one.
+      if (pos > 0 && !absl::ascii_isspace(static_cast<unsigned char>(status.message()[pos - 1])))
+        continue;
+      if (pos >= first) break;
+      first = pos;
+      error.set_key(key);
+      uint32_t n = 0;
+      absl::string_view rest = status.message().substr(pos + at.size());
+      error.set_line(absl::SimpleAtoi(rest.substr(0, rest.find_first_not_of("0123456789")), &n)
+                         ? n
+                         : 0);
+      break;
+    }
+  }
   return error;
 }
 

@@ -120,6 +120,21 @@ TEST_F(ComposeTest, TwoClassesDecidingOneRuleDifferentlyAreATieNamingBothKeys) {
   EXPECT_TRUE(Compose(Base(), keys_, layers, v1::INTEL).ok());
 }
 
+// Found by fleet_value_fuzz: a fleet range that ties with a range of the
+// host's base policy was refused with the base file named first, and
+// `fleet status` showed no key. The key is the fleet value to change.
+TEST_F(ComposeTest, ATieWithTheBasePolicyNamesTheFleetKey) {
+  LevelSet layers = {{"/p/policy/default",
+                      "default { msr { range { first: \"0xc5\" last: \"0xcc\" } read: ZERO } }"}};
+  auto composed = Compose(Base(), keys_, layers, v1::INTEL);
+  ASSERT_FALSE(composed.ok());
+  EXPECT_THAT(composed.status().message(), HasSubstr("default.textproto:"));
+  v1::FleetError e = ErrorOf(composed.status(), layers);
+  EXPECT_EQ(e.key(), "/p/policy/default");
+  EXPECT_EQ(e.line(), 1u);
+  EXPECT_EQ(e.message(), composed.status().message());
+}
+
 TEST_F(ComposeTest, ABadLayerIsReportedWithItsKeyAndLine) {
   LevelSet layers = {{"/p/policy/host/h1", "default {\n  msr { msr: \"NOPE\" read: ZERO }\n}"}};
   auto composed = Compose(Base(), keys_, layers, v1::INTEL);
