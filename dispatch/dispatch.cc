@@ -44,7 +44,12 @@ static_assert(static_cast<int>(MsrWrite::kPassthrough) == v1::WriteAction::PASST
 
 // The emulator's view of one domain's compiled policy. One per session,
 // pointed at the trap's domain snapshot before each trap (Reset), so a trap
-// builds nothing.
+// builds nothing. Final, so the emulator's template calls it directly. In
+// the plain view (kCounting false) a lookup keeps nothing but its answer;
+// the counting view (count_by_domain_and_msr) also keeps which MSR it was
+// and its count slot (policy::DomainSnapshot::LookupCounted), for
+// CountDetail.
+template <bool kCounting>
 class Dispatcher::DomainView final : public emulator::Domain {
  public:
   DomainView(ShadowStore& shadow, bool allow_host_writes)
@@ -55,37 +60,29 @@ class Dispatcher::DomainView final : public emulator::Domain {
     domain_ = domain;
   }
 
-  // Whether Msr() ran since the last call (so: during this trap, when every
-  // trap takes it), which MSR, and the decision. Only the counting path
-  // takes it, so the path that does not count never clears the flag.
-  bool TakeMsrLookup() const {
-    const bool looked_up = msr_looked_up_;
-    msr_looked_up_ = false;
-    return looked_up;
-  }
-  uint32_t looked_up_msr() const { return looked_up_msr_; }
   const MsrDecision& decision() const { return decision_; }
   // The last lookup's MsrEntry::relaxed bits (a LEARN domain's would-fault
   // halves), so that marking a relaxed access needs no second lookup.
   uint8_t relaxed() const { return relaxed_; }
 
   const MsrDecision& Msr(uint32_t index) const override {
-    msr_looked_up_ = true;
-    looked_up_msr_ = index;
-    const policy::MsrEntry& e = snap_->Lookup(index);
-    // Same numbering (static_asserts above); unspecified (0) reads as #GP.
-    decision_.read = static_cast<MsrRead>(e.read);
-    decision_.write = static_cast<MsrWrite>(e.write);
-    decision_.drop_reserved = e.drop_reserved;
-    decision_.host_write_allowed = e.allow_host_write && allow_host_writes_;
-    decision_.audit = e.audit;
-    decision_.unknown = e.unknown;
-    decision_.value = e.value;
-    decision_.value_from_host = !e.has_value;
-    decision_.writable_mask = e.writable_mask;
-    relaxed_ = e.relaxed;
-    return decision_;
+    if constexpr (kCounting) {
+      looked_up_ = true;
+      msr_ = index;
+      return Decide(snap_->LookupCounted(index, &slot_));
+    } else {
+      return Decide(snap_->Lookup(index));
+    }
   }
+  // Counting: whether Msr() ran since the last call (so: during this trap),
+  // which MSR, and its slot (0: no rule names the MSR alone).
+  bool TakeLookup() {
+    const bool looked_up = looked_up_;
+    looked_up_ = false;
+    return looked_up;
+  }
+  uint32_t msr() const { return msr_; }
+  uint32_t slot() const { return slot_; }
 
   uint64_t* Shadow(uint32_t vcpu, uint32_t index, bool* fresh) override {
     return shadow_.Get(domain_, vcpu, index, fresh);
@@ -131,15 +128,33 @@ class Dispatcher::DomainView final : public emulator::Domain {
 
   bool vpmu() const override { return snap_->vpmu(); }
 
+
  private:
+  const MsrDecision& Decide(const policy::MsrEntry& e) const {
+    // Same numbering (static_asserts above); unspecified (0) reads as #GP.
+    decision_.read = static_cast<MsrRead>(e.read);
+    decision_.write = static_cast<MsrWrite>(e.write);
+    decision_.drop_reserved = e.drop_reserved;
+    decision_.host_write_allowed = e.allow_host_write && allow_host_writes_;
+    decision_.audit = e.audit;
+    decision_.unknown = e.unknown;
+    decision_.value = e.value;
+    decision_.value_from_host = !e.has_value;
+    decision_.writable_mask = e.writable_mask;
+    relaxed_ = e.relaxed;
+    return decision_;
+  }
+
   const policy::DomainSnapshot* snap_ = nullptr;
   ShadowStore& shadow_;
   uint32_t domain_ = 0;
   const bool allow_host_writes_;
   mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
-  mutable uint32_t looked_up_msr_ = 0;
-  mutable bool msr_looked_up_ = false;
   mutable uint8_t relaxed_ = 0;
+  // Counting only.
+  mutable bool looked_up_ = false;
+  mutable uint32_t msr_ = 0;
+  mutable uint32_t slot_ = 0;
 };
 
 // One session's counters: its tables, written only by its thread (relaxed
@@ -233,7 +248,10 @@ Dispatcher::Session::Session(Dispatcher* owner, Counters* counters, emulator::Ho
       counters_(counters),
       tables_(counters->tables.get()),
       count_detail_(owner->options_.count_by_domain_and_msr),
-      view_(std::make_unique<DomainView>(owner->shadow_, owner->options_.allow_host_writes)) {}
+      view_(count_detail_ ? std::unique_ptr<emulator::Domain>(new DomainView<true>(
+                                owner->shadow_, owner->options_.allow_host_writes))
+                          : std::unique_ptr<emulator::Domain>(new DomainView<false>(
+                                owner->shadow_, owner->options_.allow_host_writes))) {}
 
 Dispatcher::Session::~Session() { owner_->Retire(counters_); }
 
@@ -269,17 +287,36 @@ void Dispatcher::AddTables(const TrapCountTables& tables, const policy::Snapshot
     uint64_t count;
   };
   std::vector<Access> accesses;
-  tables.msrs.ForEach(
-      [&](uint64_t key, uint64_t n) {
-        Access a{0, 0, 0, n};
-        TrapCountTables::DecodeMsr(key, &a.domain, &a.msr, &a.code);
-        accesses.push_back(a);
-      },
-      [&](uint32_t code, uint64_t n) {
-        bool write = false;
-        const MsrAction action = TrapCountTables::DecodeMsrAction(code, &write);
-        (*msrs)[MsrKey(kOtherDomain, kOtherMsr, write, action)] += n;
-      });
+  std::vector<std::pair<uint32_t, uint64_t>> overflow;  // (code, count)
+  // The slots and the by-key table in one consistent read: the session's
+  // thread may be folding the one into the other (TrapCountTables::layout_seq).
+  for (;;) {
+    accesses.clear();
+    overflow.clear();
+    const uint32_t seq = tables.layout_seq.load(std::memory_order_acquire);
+    if ((seq & 1) != 0) continue;
+    tables.msrs.ForEach(
+        [&](uint64_t key, uint64_t n) {
+          Access a{0, 0, 0, n};
+          TrapCountTables::DecodeMsr(key, &a.domain, &a.msr, &a.code);
+          accesses.push_back(a);
+        },
+        [&](uint32_t code, uint64_t n) { overflow.emplace_back(code, n); });
+    tables.ForEachSlot([&](uint32_t domain, uint32_t msr, uint32_t code, uint64_t n) {
+      if (domain < TrapCountTables::kMsrKeyDomains) {
+        accesses.push_back(Access{domain, msr, code, n});
+      } else {
+        overflow.emplace_back(code, n);
+      }
+    });
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (tables.layout_seq.load(std::memory_order_relaxed) == seq) break;
+  }
+  for (const auto& [code, n] : overflow) {
+    bool write = false;
+    const MsrAction action = TrapCountTables::DecodeMsrAction(code, &write);
+    (*msrs)[MsrKey(kOtherDomain, kOtherMsr, write, action)] += n;
+  }
   // "The first seen" in MSR order, so that one call admits the same MSRs
   // whatever the order of the table's slots.
   std::sort(accesses.begin(), accesses.end(), [](const Access& x, const Access& y) {
@@ -351,15 +388,37 @@ Dispatcher::Session::ForDomain(const policy::Snapshot& snapshot, uint32_t domain
   if (domain_cache_generation_ != reader_.generation()) [[unlikely]] {
     for (CachedDomain& c : domain_cache_) c = CachedDomain{};
     domain_cache_generation_ = reader_.generation();
+    // Count slots are laid out per generation: the old ones move to the
+    // by-key table (bounded work, no allocation, once per edit).
+    if (count_detail_) tables_->FoldSlots();
   }
   CachedDomain& slot = domain_cache_[domain & (kDomainCacheSize - 1)];
   if (slot.snap == nullptr || slot.domain != domain) [[unlikely]] {
     slot.domain = domain;
-    if (count_detail_) slot.block = static_cast<uint16_t>(tables_->BlockFor(domain));
     slot.snap = &snapshot.ForDomain(domain);
     slot.learning = slot.snap->learning();
+    if (count_detail_) {
+      slot.block = static_cast<uint16_t>(tables_->BlockFor(domain));
+      domain_slots_[domain & (kDomainCacheSize - 1)] = LayOutSlots(slot.block, *slot.snap);
+    }
   }
   return slot;
+}
+
+std::atomic<uint64_t>* Dispatcher::Session::LayOutSlots(uint32_t block,
+                                                        const policy::DomainSnapshot& snap) {
+  return tables_->SlotsFor(block, snap.count_slots(), [&](uint32_t s) -> uint64_t {
+    uint32_t msr = 0;
+    const policy::MsrEntry* e = nullptr;
+    if (!snap.SlotMsr(s, &msr, &e)) return 0;
+    emulator::MsrDecision d;
+    d.read = static_cast<MsrRead>(e->read);
+    d.write = static_cast<MsrWrite>(e->write);
+    d.unknown = e->unknown;
+    return TrapCountTables::SlotMeta(
+        msr, TrapCountTables::MsrCode(false, d, (e->relaxed & policy::MsrEntry::kRelaxedRead) != 0),
+        TrapCountTables::MsrCode(true, d, (e->relaxed & policy::MsrEntry::kRelaxedWrite) != 0));
+  });
 }
 
 namespace {
@@ -415,7 +474,7 @@ void Dispatcher::Session::NoteLearning(const policy::Snapshot& snapshot,
                                        const policy::DomainSnapshot& snap,
                                        const emulator::Trap& trap,
                                        const emulator::Instruction& decoded,
-                                       emulator::Outcome* out) {
+                                       uint8_t entry_relaxed, emulator::Outcome* out) {
   // Privilege faults and host faults are not the policy's: only a completed
   // access (or one handed to the device model) can have been relaxed.
   if (out->kind != emulator::OutcomeKind::kCompleted &&
@@ -429,7 +488,7 @@ void Dispatcher::Session::NoteLearning(const policy::Snapshot& snapshot,
     case emulator::InsnKind::kWrmsr: {
       index = static_cast<uint32_t>(trap.regs.gpr[emulator::kRcx]);
       // A completed RDMSR/WRMSR looked its MSR up during this trap.
-      const uint8_t relaxed = view_->relaxed();
+      const uint8_t relaxed = entry_relaxed;
       const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
       const bool was_fault =
           write ? (relaxed & policy::MsrEntry::kRelaxedWrite) != 0 ||
@@ -517,51 +576,75 @@ std::vector<LearnedAccess> Dispatcher::Learned() const {
 void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const emulator::Trap& trap,
                                       const emulator::Instruction& decoded,
                                       emulator::DecodeError decode_error,
-                                      const emulator::Outcome& out, uint32_t block) {
+                                      const emulator::Outcome& out, const CachedDomain& cached) {
   TrapCountTables& tables = *tables_;
-  const bool msr_lookup = view_->TakeMsrLookup();
+  DomainView<true>& view = static_cast<DomainView<true>&>(*view_);
+  const bool msr_lookup = view.TakeLookup();
   if (decode_error != emulator::DecodeError::kOk) [[unlikely]] {
-    tables.CountTrap(block, TrapCountTables::kUndecodable, out.kind);
+    tables.CountTrap(cached.block, TrapCountTables::kUndecodable, out.kind);
     return;
   }
-  tables.CountTrap(block, static_cast<int>(decoded.kind), out.kind);
+  tables.CountTrap(cached.block, static_cast<int>(decoded.kind), out.kind);
   const bool msr_insn =
       decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
-  if (msr_insn && msr_lookup) {
-    const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
-    // A relaxed access's first is the learning log's (NoteFirstLearned).
-    if (tables.CountMsr(trap.domain, view_->looked_up_msr(), write, view_->decision(),
-                        out.relaxed) &&
-        !out.relaxed) [[unlikely]] {
-      LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view_->looked_up_msr(), write,
-                     view_->decision(), [&] { return FirstAccessRip(trap); });
-    }
+  if (!msr_insn || !msr_lookup) return;
+  const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
+  // A named MSR whose answer is its entry's (a reserved-bit relaxation is
+  // not: it counts by key): one load and one store at its slot.
+  const uint8_t entry_relaxed =
+      view.relaxed() & (write ? policy::MsrEntry::kRelaxedWrite : policy::MsrEntry::kRelaxedRead);
+  std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
+  if (view.slot() != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0)) [[likely]] {
+    std::atomic<uint64_t>& c = slots[(view.slot() - 1) * 2 + (write ? 1 : 0)];
+    const uint64_t n = c.load(std::memory_order_relaxed);
+    c.store(n + 1, std::memory_order_relaxed);
+    if (n != 0) [[likely]] return;
+    // This generation's first: the session's first unless an earlier
+    // generation's count was folded under the same key.
+    const uint32_t code = TrapCountTables::MsrCode(write, view.decision(), out.relaxed);
+    if (tables.msrs.Contains(TrapCountTables::MsrKey(trap.domain, view.msr(), code))) return;
+  } else if (!tables.CountMsr(trap.domain, view.msr(), write, view.decision(), out.relaxed)) {
+    return;
+  }
+  // A relaxed access's first is the learning log's (NoteFirstLearned).
+  if (!out.relaxed) [[unlikely]] {
+    LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view.msr(), write,
+                   view.decision(), [&] { return FirstAccessRip(trap); });
   }
 }
 
-template <bool kObservers>
+template <bool kObservers, bool kHeld>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleImpl(
     const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
-  const policy::Snapshot& snapshot = reader_.Get();
+  // The breakdown by domain, instruction and MSR (CountsByKey, /metrics)
+  // only when asked for: its own copy of the path, with the counting view;
+  // off, one branch that always predicts.
+  if (count_detail_) [[unlikely]] return HandleWith<kObservers, kHeld, true>(trap, insn, error);
+  return HandleWith<kObservers, kHeld, false>(trap, insn, error);
+}
+
+template <bool kObservers, bool kHeld, bool kCounting>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleWith(
+    const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
+  const policy::Snapshot& snapshot = kHeld ? reader_.Held() : reader_.Get();
   const CachedDomain& cached = ForDomain(snapshot, trap.domain);
-  view_->Reset(*cached.snap, trap.domain);
+  DomainView<kCounting>& view = static_cast<DomainView<kCounting>&>(*view_);
+  view.Reset(*cached.snap, trap.domain);
   // Decoded in place into the caller's Instruction when it wants one.
   emulator::Instruction local;
   emulator::Instruction& decoded = insn != nullptr ? *insn : local;
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
-      emulator::DecodeAndEmulateWith(trap, *view_, host_, &decoded, &decode_error);
+      emulator::DecodeAndEmulateWith(trap, view, host_, &decoded, &decode_error);
   // The trap counters are GetStats: always on, in both configurations.
   Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
   if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
   // LEARN: what the enforcing policy would fault is marked and counted; an
   // ENFORCE domain pays this one branch on a field beside the snapshot.
   if (cached.learning && decode_error == emulator::DecodeError::kOk) [[unlikely]] {
-    NoteLearning(snapshot, *cached.snap, trap, decoded, &out);
+    NoteLearning(snapshot, *cached.snap, trap, decoded, view.relaxed(), &out);
   }
-  // The breakdown by domain, instruction and MSR (CountsByKey, /metrics):
-  // only when asked for; off, one branch that always predicts.
-  if (count_detail_) [[unlikely]] CountDetail(snapshot, trap, decoded, decode_error, out, cached.block);
+  if constexpr (kCounting) CountDetail(snapshot, trap, decoded, decode_error, out, cached);
   if constexpr (kObservers) {
     // Audit (off unless a watcher listens), capture (off unless pvemud
     // --capture): one load and one branch that predicts while all are off.
@@ -577,6 +660,10 @@ emulator::Outcome Dispatcher::Session::Handle(const emulator::Trap& trap,
                                               emulator::Instruction* insn,
                                               emulator::DecodeError* error) {
   return HandleImpl<true>(trap, insn, error);
+}
+
+emulator::Outcome Dispatcher::Session::HandleNextElement(const emulator::Trap& trap) {
+  return HandleImpl<true, true>(trap, nullptr, nullptr);
 }
 
 emulator::Outcome DispatchTesting::HandleWithoutObservers(Dispatcher::Session& session,

@@ -93,7 +93,10 @@ class Dispatcher {
              DispatchOptions options);
   ~Dispatcher();
 
-  class DomainView;  // the emulator's view of a domain snapshot (dispatch.cc)
+  // The emulator's view of a domain snapshot (dispatch.cc); kCounting: the
+  // view that also keeps each lookup's count slot.
+  template <bool kCounting>
+  class DomainView;
 
   class Session {
    public:
@@ -102,6 +105,11 @@ class Dispatcher {
     // the decoded instruction / the decode error for callers that report it.
     emulator::Outcome Handle(const emulator::Trap& trap, emulator::Instruction* insn = nullptr,
                              emulator::DecodeError* error = nullptr);
+    // The next element of the instruction the last Handle() decided (a REP
+    // INS/OUTS a trap source splits into elements): decided under the same
+    // policy generation, even if an edit landed in between, so that every
+    // element of one instruction sees one policy whole.
+    emulator::Outcome HandleNextElement(const emulator::Trap& trap);
     // The policy generation the last Handle() used.
     uint64_t generation() const { return reader_.generation(); }
     // For a trap source whose traps may carry no RIP (regs.rip 0: a KVM MSR
@@ -121,8 +129,13 @@ class Dispatcher {
     Session(Dispatcher* owner, Counters* counters, emulator::Host& host);
     // kObservers false: the same path without the observer test, for the
     // benchmark that proves switched-off features cost nothing.
-    template <bool kObservers>
+    // kHeld: under the snapshot the last trap used (HandleNextElement).
+    template <bool kObservers, bool kHeld = false>
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
+                                 emulator::DecodeError* error);
+    // kCounting: count_by_domain_and_msr's copy of the path.
+    template <bool kObservers, bool kHeld, bool kCounting>
+    emulator::Outcome HandleWith(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
 
     // A LEARN domain's trap, out of line: marks out->relaxed when the
@@ -131,8 +144,17 @@ class Dispatcher {
                                               const policy::DomainSnapshot& snap,
                                               const emulator::Trap& trap,
                                               const emulator::Instruction& decoded,
-                                              emulator::Outcome* out);
+                                              uint8_t entry_relaxed, emulator::Outcome* out);
 
+    // 16 bytes, so that the cache stays four lines (24 cost 10% a trap).
+    struct CachedDomain {
+      uint32_t domain = 0;
+      uint16_t block = 0;     // the domain's trap counts (TrapCountTables::BlockFor)
+      bool learning = false;  // snap->learning(), beside what the trap reads anyway
+      const policy::DomainSnapshot* snap = nullptr;
+    };
+    static_assert(sizeof(CachedDomain) == 16);
+    std::atomic<uint64_t>* LayOutSlots(uint32_t block, const policy::DomainSnapshot& snap);
     // The count_by_domain_and_msr half of a trap, out of line.
     // The first access of a (domain, MSR, access) decided by a GP rule or the
     // unknown-MSR mode is logged once per process (LogFirstAccess).
@@ -140,15 +162,9 @@ class Dispatcher {
                                              const emulator::Trap& trap,
                                              const emulator::Instruction& decoded,
                                              emulator::DecodeError decode_error,
-                                             const emulator::Outcome& out, uint32_t block);
+                                             const emulator::Outcome& out,
+                                             const CachedDomain& cached);
 
-    // 16 bytes, so that the cache stays four lines.
-    struct CachedDomain {
-      uint32_t domain = 0;
-      uint16_t block = 0;     // the domain's trap counts (TrapCountTables::BlockFor)
-      bool learning = false;  // snap->learning(), beside what the trap reads anyway
-      const policy::DomainSnapshot* snap = nullptr;
-    };
     static_assert(TrapCountTables::kMaxDomains < 0xffff, "a block fits CachedDomain::block");
     // The domain's compiled policy in the current snapshot, from a small
     // direct-mapped cache (a trap source sees few domains), so a trap skips
@@ -163,8 +179,12 @@ class Dispatcher {
     const bool count_detail_;  // options_.count_by_domain_and_msr, read once
     static constexpr uint32_t kDomainCacheSize = 16;  // a power of two
     CachedDomain domain_cache_[kDomainCacheSize];
+    // Counting, beside domain_cache_ entry for entry: the domain's MSR
+    // count slots this generation, two per DomainSnapshot::count_slots()
+    // (TrapCountTables::SlotsFor); null when the session's arena is full.
+    std::atomic<uint64_t>* domain_slots_[kDomainCacheSize] = {};
     uint64_t domain_cache_generation_ = 0;
-    std::unique_ptr<DomainView> view_;
+    std::unique_ptr<emulator::Domain> view_;  // a DomainView<count_detail_>
     uint64_t (*rip_source_)(void*) = nullptr;
     void* rip_context_ = nullptr;
     // The trap's RIP for a first-access record: its own, else the source's

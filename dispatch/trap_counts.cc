@@ -49,6 +49,31 @@ MsrAction TrapCountTables::DecodeMsrAction(uint32_t code, bool* write) {
   }
 }
 
+void TrapCountTables::FoldSlots() {
+  if (slots_used == 0 && region_refused == 0) return;
+  // Seqlock writer: readers that overlap see an odd or changed sequence and
+  // read again, so a count is never seen in both places or in neither.
+  const uint32_t seq = layout_seq.load(std::memory_order_relaxed);
+  layout_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  ForEachSlot([&](uint32_t domain, uint32_t msr, uint32_t code, uint64_t n) {
+    if (domain < kMsrKeyDomains) {
+      msrs.Add(MsrKey(domain, msr, code), n, code);
+    } else {
+      msrs.AddOverflow(code, n);
+    }
+  });
+  for (uint32_t c = 0; c < slots_used; ++c) slot_counts[c].store(0, std::memory_order_relaxed);
+  for (uint32_t c = 0; c < slots_used / 2; ++c) slot_meta[c].store(0, std::memory_order_relaxed);
+  for (uint32_t b = 0; b < kMaxDomains; ++b) {
+    region_end[b].store(0, std::memory_order_relaxed);
+    region_begin[b].store(0, std::memory_order_relaxed);
+  }
+  slots_used = 0;
+  region_refused = 0;
+  layout_seq.store(seq + 2, std::memory_order_release);
+}
+
 absl::string_view InstructionLabel(int insn) {
   if (insn < 0 || insn >= emulator::kNumInsnKinds) return "undecodable";
   // The MOV CR/DR kinds all print "mov"; a label keeps them apart.

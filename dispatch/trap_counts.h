@@ -79,6 +79,39 @@ class CountTable {
   }
   void CountOverflow(uint32_t code) { Increment(overflow_[code & (kCodes - 1)]); }
 
+  // The writer thread only: adds n (> 0) to `key`'s count, as n Bumps would.
+  void Add(uint64_t key, uint64_t n, uint32_t code) {
+    uint32_t i = static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> kShift);
+    for (int probe = 0; probe < kMaxProbes; ++probe, i = (i + 1) & kMask) {
+      Slot& s = slots_[i];
+      const uint64_t k = s.key.load(std::memory_order_relaxed);
+      if (k == key) {
+        s.count.store(s.count.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+        return;
+      }
+      if (k == 0) {
+        s.count.store(n, std::memory_order_relaxed);
+        s.key.store(key, std::memory_order_release);
+        return;
+      }
+    }
+    AddOverflow(code, n);
+  }
+  void AddOverflow(uint32_t code, uint64_t n) {
+    std::atomic<uint64_t>& c = overflow_[code & (kCodes - 1)];
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  // The writer thread only: whether `key` has a slot.
+  bool Contains(uint64_t key) const {
+    uint32_t i = static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> kShift);
+    for (int probe = 0; probe < kMaxProbes; ++probe, i = (i + 1) & kMask) {
+      const uint64_t k = slots_[i].key.load(std::memory_order_relaxed);
+      if (k == key) return true;
+      if (k == 0) return false;
+    }
+    return false;
+  }
+
   // Any thread: fn(key, count) for every used slot, then overflow(code,
   // count) for every nonzero overflow bucket.
   template <typename Fn, typename OverflowFn>
@@ -181,10 +214,87 @@ struct TrapCountTables {
   bool CountMsr(uint32_t domain, uint32_t msr, bool write, const emulator::MsrDecision& d,
                 bool relaxed = false) {
     const uint32_t code = MsrCode(write, d, relaxed);
-    const uint64_t key = kUsed | uint64_t{domain} << 37 | uint64_t{msr} << 5 | code;
+    const uint64_t key = MsrKey(domain, msr, code);
     if (domain < kMsrKeyDomains) [[likely]] return msrs.Bump(key, code);
     msrs.CountOverflow(code);
     return false;
+  }
+
+  static uint64_t MsrKey(uint32_t domain, uint32_t msr, uint32_t code) {
+    return kUsed | uint64_t{domain} << 37 | uint64_t{msr} << 5 | code;
+  }
+
+  // --- The MSRs a rule names on its own: a count slot each, no hashing.
+  // A domain's block gets, once per policy generation, a region of
+  // kSlotCounters: two counters (read, write) per position of the domain's
+  // exact-MSR table (policy::DomainSnapshot::LookupCounted), so that a
+  // count is one load and one store at an address the lookup gave. Each
+  // slot's meta says its MSR and the two action codes, so that a reader
+  // needs no snapshot. At a generation change the writer folds the regions
+  // into `msrs` by key (FoldSlots); readers bracket what they read with
+  // layout_seq (a seqlock: odd while folding) and retry. MSRs no rule names
+  // alone, domains past the arena and reserved-bit relaxations count in
+  // `msrs` as before.
+  static constexpr uint32_t kSlotCounters = 8192;  // 64 KiB a counting session
+  std::atomic<uint64_t> slot_counts[kSlotCounters] = {};
+  // Per slot (counter pair): kUsed | read code << 42 | write code << 37 |
+  // msr (codes as MsrCode gives them); 0 for a position with no MSR.
+  std::atomic<uint64_t> slot_meta[kSlotCounters / 2] = {};
+  // Per block, its region [begin, end) in counters; end 0: none laid out.
+  std::atomic<uint32_t> region_begin[kMaxDomains] = {};
+  std::atomic<uint32_t> region_end[kMaxDomains] = {};
+  std::atomic<uint32_t> layout_seq{0};
+  uint32_t slots_used = 0;  // the writer's, in counters
+  // Blocks whose domain did not fit the arena this generation (bits).
+  uint64_t region_refused = 0;  // the writer's
+
+  static uint64_t SlotMeta(uint32_t msr, uint32_t read_code, uint32_t write_code) {
+    return kUsed | uint64_t{read_code & 31} << 42 | uint64_t{write_code & 31} << 37 | msr;
+  }
+  // The writer, when the session's domain cache takes `block` in a new
+  // generation: its counters (two per slot), laid out now if they were not,
+  // or null (the "other" block, a domain with no named MSR, or no room).
+  // meta(slot) gives SlotMeta for slot 1..slots, or 0.
+  template <typename MetaFn>
+  std::atomic<uint64_t>* SlotsFor(uint32_t block, uint32_t slots, MetaFn&& meta) {
+    if (block >= kMaxDomains || slots == 0) return nullptr;
+    const uint32_t end = region_end[block].load(std::memory_order_relaxed);
+    if (end != 0) return &slot_counts[region_begin[block].load(std::memory_order_relaxed)];
+    if ((region_refused >> block & 1) != 0) return nullptr;
+    if (uint64_t{slots} * 2 > kSlotCounters - slots_used) {
+      region_refused |= uint64_t{1} << block;
+      return nullptr;
+    }
+    const uint32_t begin = slots_used;
+    for (uint32_t s = 1; s <= slots; ++s) {
+      slot_meta[begin / 2 + s - 1].store(meta(s), std::memory_order_relaxed);
+    }
+    slots_used += slots * 2;
+    region_begin[block].store(begin, std::memory_order_relaxed);
+    region_end[block].store(begin + slots * 2, std::memory_order_release);
+    return &slot_counts[begin];
+  }
+  // The writer, at a generation change: every slot count moves into `msrs`
+  // by key, and the arena is free for the new generation's layout.
+  void FoldSlots();
+  // Any thread, inside layout_seq: fn(domain, msr, code, count) for every
+  // nonzero slot count (a domain from kMsrKeyDomains up counts as "other").
+  template <typename Fn>
+  void ForEachSlot(Fn&& fn) const {
+    const uint32_t used = domains_used.load(std::memory_order_acquire);
+    for (uint32_t b = 0; b < used && b < kMaxDomains; ++b) {
+      const uint32_t end = region_end[b].load(std::memory_order_acquire);
+      if (end == 0) continue;
+      const uint32_t domain = domain_ids[b].load(std::memory_order_relaxed);
+      for (uint32_t c = region_begin[b].load(std::memory_order_relaxed); c < end; ++c) {
+        const uint64_t n = slot_counts[c].load(std::memory_order_relaxed);
+        if (n == 0) continue;
+        const uint64_t meta = slot_meta[c / 2].load(std::memory_order_relaxed);
+        if (meta == 0) continue;
+        const uint32_t code = static_cast<uint32_t>(meta >> ((c & 1) != 0 ? 37 : 42)) & 31;
+        fn(domain, static_cast<uint32_t>(meta), code, n);
+      }
+    }
   }
 
   static void DecodeMsr(uint64_t key, uint32_t* domain, uint32_t* msr, uint32_t* code) {

@@ -237,8 +237,9 @@ int Vcpu::HandleExit(struct kvm_run* run) {
 int Vcpu::HandleMsr(struct kvm_run* run, bool write) {
   Bump(write ? counters_.wrmsr : counters_.rdmsr);
   // INVAL: KVM knows the MSR and rejects the access (a reserved bit, say);
-  // hardware gives #GP, whatever unknown_msr says.
-  if (run->msr.reason == KVM_MSR_EXIT_REASON_INVAL) {
+  // hardware gives #GP, whatever unknown_msr says. KVM sets one reason bit;
+  // a reason with INVAL among others is answered as INVAL, the safe side.
+  if ((run->msr.reason & KVM_MSR_EXIT_REASON_INVAL) != 0) {
     run->msr.error = 1;
     Bump(counters_.exceptions);
     return PVEMU_KVM_HANDLED;
@@ -280,12 +281,17 @@ int Vcpu::HandleMsr(struct kvm_run* run, bool write) {
 int Vcpu::HandleIo(struct kvm_run* run) {
   Bump(counters_.io);
   const uint8_t size = run->io.size;
-  const uint64_t end = uint64_t{run->io.data_offset} + uint64_t{size} * run->io.count;
-  if ((size != 1 && size != 2 && size != 4) || run->io.data_offset < sizeof(struct kvm_run) ||
-      end > run_size_) {
+  // Every field is the kernel's to set, and a VMM's bug or a corrupted
+  // mapping must not become a write outside it: data_offset is 64 bits, so
+  // the bound is checked without a sum that could wrap.
+  const uint64_t offset = run->io.data_offset;
+  if ((size != 1 && size != 2 && size != 4) ||
+      (run->io.direction != KVM_EXIT_IO_IN && run->io.direction != KVM_EXIT_IO_OUT) ||
+      offset < sizeof(struct kvm_run) || offset > run_size_ ||
+      uint64_t{size} * run->io.count > run_size_ - offset) {
     return -EINVAL;
   }
-  uint8_t* data = reinterpret_cast<uint8_t*>(run) + run->io.data_offset;
+  uint8_t* data = reinterpret_cast<uint8_t*>(run) + offset;
   const bool out_dir = run->io.direction == KVM_EXIT_IO_OUT;
   // IN/OUT with the port in DX: the one encoding for every port and width
   // (0x66 makes the 16-bit form).
@@ -309,10 +315,13 @@ int Vcpu::HandleIo(struct kvm_run* run) {
       std::memcpy(&value, element, size);
       trap.regs.gpr[emulator::kRax] = value;
     }
-    const Outcome out = session_->Handle(trap);
+    // Every element under the first one's policy generation: an edit that
+    // lands mid-instruction takes effect at the next exit, so the elements
+    // are decided alike and a DEVICE answer is known at the first.
+    const Outcome out = i == 0 ? session_->Handle(trap) : session_->HandleNextElement(trap);
     if (out.kind == OutcomeKind::kDeviceIo) {
       // Inside the domain's io_port ranges with no device the host models:
-      // the VMM's device model takes the whole access.
+      // the VMM's device model takes the whole access (nothing is written).
       Bump(counters_.device);
       return PVEMU_KVM_DEVICE;
     }

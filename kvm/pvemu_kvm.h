@@ -176,8 +176,11 @@ enum pvemu_kvm_exit_result {
 
 /*
  * Handles one exit of `vcpu` from its kvm_run area. Returns an
- * enum pvemu_kvm_exit_result, or a negative errno for a malformed exit (an
- * I/O data offset outside the run area): -EINVAL. Never moves RIP.
+ * enum pvemu_kvm_exit_result, or a negative errno for a malformed exit that
+ * KVM never makes (an I/O size other than 1, 2 or 4, a direction other than
+ * in or out, data at `data_offset` that does not lie wholly inside the
+ * mapping's KVM_GET_VCPU_MMAP_SIZE bytes): -EINVAL, with nothing read or
+ * written. Never moves RIP.
  */
 int pvemu_kvm_handle_exit(pvemu_kvm_vcpu *vcpu, struct kvm_run *run);
 

@@ -132,6 +132,21 @@ class DomainSnapshot {
   // on a miss one probe of the range page table (policy/msr_index.h). In a
   // LEARN domain what would fault is relaxed (MsrEntry::relaxed says what).
   const MsrEntry& Lookup(uint32_t msr) const { return effective_[index_.Find(msr)]; }
+  // Lookup, with the MSR's count slot (1..count_slots()), or 0 when no
+  // rule names it on its own: what counting per MSR indexes by, so that a
+  // count needs no hashing (MsrIndex::FindCounted).
+  const MsrEntry& LookupCounted(uint32_t msr, uint32_t* slot) const {
+    return effective_[index_.FindCounted(msr, slot)];
+  }
+  uint32_t count_slots() const { return index_.slots(); }
+  // The MSR at count slot `slot` and its entry as Lookup gives it; false for
+  // a slot no MSR has.
+  bool SlotMsr(uint32_t slot, uint32_t* msr, const MsrEntry** entry) const {
+    uint32_t decision = 0;
+    if (!index_.SlotSingle(slot, msr, &decision)) return false;
+    *entry = &effective_[decision];
+    return true;
+  }
   // The decision as the policy enforces it, whatever the mode: for tools
   // (explain, the KVM MSR filter, which MSRs exit must not depend on the mode).
   const MsrEntry& EnforcedLookup(uint32_t msr) const { return entries_[index_.Find(msr)]; }

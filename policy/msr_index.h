@@ -51,6 +51,38 @@ class MsrIndex {
   // Whether `msr` is one of the singles (a rule names it on its own).
   bool HasSingle(uint32_t msr) const { return FindSingle(msr) != 0; }
 
+  // Find, also saying where the MSR's count lives (dispatch/trap_counts.h):
+  // *slot is its single's position in the exact table plus one (at most
+  // slots()), or 0 when no rule names it on its own. Same cost as Find: the
+  // position is where the probe stopped.
+  uint32_t FindCounted(uint32_t msr, uint32_t* slot) const {
+    if (!singles_.empty()) {
+      for (uint32_t i = Slot(msr, singles_shift_);; i = (i + 1) & singles_mask_) {
+        const Entry& e = singles_[i];
+        if (e.value == 0) break;
+        if (e.key == msr) {
+          *slot = i + 1;
+          return e.value - 1;
+        }
+      }
+    }
+    *slot = 0;
+    if (intervals_.empty()) return fallback_;
+    return FindInIntervals(msr);
+  }
+  // How many slots FindCounted numbers (the exact table's size, a power of
+  // two at most 8/3 of the singles; some positions hold no MSR).
+  uint32_t slots() const { return static_cast<uint32_t>(singles_.size()); }
+  // The single at `slot` (1..slots()): its MSR and decision; false for a
+  // position that holds none.
+  bool SlotSingle(uint32_t slot, uint32_t* msr, uint32_t* decision) const {
+    const Entry& e = singles_[slot - 1];
+    if (e.value == 0) return false;
+    *msr = e.key;
+    *decision = e.value - 1;
+    return true;
+  }
+
   size_t single_count() const { return single_count_; }
   // Every single as (msr, decision), sorted by MSR (off the trap path: for
   // tools such as the KVM filter, which must know every named MSR).

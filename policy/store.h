@@ -226,6 +226,10 @@ class SnapshotReader {
     if (g != cached_generation_) Refresh();
     return *cached_;
   }
+  // The snapshot the last Get() returned, even if a newer one was published
+  // since (for the rest of one instruction: every element of a string I/O
+  // sees one policy). Requires a Get() before.
+  const Snapshot& Held() const { return *cached_; }
   uint64_t generation() const { return cached_generation_; }
 
  private:

@@ -8,12 +8,21 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/textproto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/metrics_http.h"
@@ -125,6 +134,151 @@ TEST_F(TrapCountsTest, SeventyUnnamedMsrsInOneDomainGiveSixtyFourAndOther) {
   // Stable: the same 64 stay apart at the next scrape, more traps or not.
   session->Handle(Rdmsr(5, 0x40001000));
   EXPECT_EQ(CountSamples(Render(), "pvemu_msr_accesses_total"), 66);
+}
+
+// Named MSRs count in per-entry slots laid out per generation, unnamed ones
+// by key; an edit folds the slots into the keys. Whatever the edits, a
+// series is the sum of its traps and a first access is logged once.
+class SlotCountsTest : public TrapCountsTest {
+ protected:
+  dispatch::DispatchOptions Options() const override {
+    dispatch::DispatchOptions options = TrapCountsTest::Options();
+    options.log = [lines = lines_](absl::string_view line) {
+      absl::MutexLock lock(&lines->mu);
+      lines->text.emplace_back(line);
+    };
+    return options;
+  }
+  void SetUp() override {
+    TrapCountsTest::SetUp();
+    const absl::Status parsed = ParseTextProto(R"pb(
+      default {
+        unknown_msr: UNKNOWN_GP
+        msr { msr: "0x12345600" read: GP write: GP }
+        msr { msr: "0x12345601" read: CONST value: 5 write: IGNORE }
+        msr { msr: "0x12345602" read: ZERO write: SHADOW }
+        msr { range { first: "0x40000000" last: "0x400000ff" } read: ZERO write: IGNORE }
+      }
+      domain { domain: 3 msr { msr: "0x12345601" read: ZERO write: GP } }
+    )pb", "slots", &policy_);
+    ASSERT_TRUE(parsed.ok()) << parsed;
+    Edit();
+  }
+  // A new generation of the same policy (every slot layout starts over).
+  void Edit() {
+    ASSERT_TRUE(store_->ApplyPolicy(policy_, policy::SourceMap(), policy::EditOptions{}).ok());
+  }
+  int Logged(absl::string_view what) {
+    absl::MutexLock lock(&lines_->mu);
+    int n = 0;
+    for (const std::string& l : lines_->text) n += absl::StrContains(l, what) ? 1 : 0;
+    return n;
+  }
+  uint64_t Count(uint32_t domain, uint32_t msr, bool write, dispatch::MsrAction action) {
+    for (const dispatch::MsrCount& c : dispatcher_->CountsByKey().msrs) {
+      if (c.domain == domain && c.msr == msr && c.write == write && c.action == action) {
+        return c.count;
+      }
+    }
+    return 0;
+  }
+  struct Lines {
+    absl::Mutex mu;
+    std::vector<std::string> text;
+  };
+  std::shared_ptr<Lines> lines_ = std::make_shared<Lines>();
+  v1::Policy policy_;
+};
+
+TEST_F(SlotCountsTest, ANamedMsrsCountSurvivesEditsAndItsFirstAccessIsLoggedOnce) {
+  auto session = dispatcher_->NewSession();
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 4; ++i) session->Handle(Rdmsr(1, 0x12345600));
+    session->Handle(Rdmsr(1, 0x12345600, /*write=*/true));
+    session->Handle(Rdmsr(1, 0x40000010));  // a range: counted by key
+    Edit();
+  }
+  EXPECT_EQ(Count(1, 0x12345600, false, dispatch::MsrAction::kGp), 12u);
+  EXPECT_EQ(Count(1, 0x12345600, true, dispatch::MsrAction::kGp), 3u);
+  EXPECT_EQ(Count(1, 0x40000010, false, dispatch::MsrAction::kZero), 3u);
+  EXPECT_EQ(Logged("first read of MSR 0x12345600 by domain 1"), 1);
+  EXPECT_EQ(Logged("first write of MSR 0x12345600 by domain 1"), 1);
+  // The session's counts outlive it, slots and keys alike.
+  session.reset();
+  EXPECT_EQ(Count(1, 0x12345600, false, dispatch::MsrAction::kGp), 12u);
+  EXPECT_EQ(Count(1, 0x40000010, false, dispatch::MsrAction::kZero), 3u);
+}
+
+TEST_F(SlotCountsTest, EachDomainsSlotsKeepItsOwnActions) {
+  auto session = dispatcher_->NewSession();
+  session->Handle(Rdmsr(1, 0x12345601));
+  session->Handle(Rdmsr(3, 0x12345601));
+  session->Handle(Rdmsr(3, 0x12345601, /*write=*/true));
+  EXPECT_EQ(Count(1, 0x12345601, false, dispatch::MsrAction::kConst), 1u);
+  EXPECT_EQ(Count(3, 0x12345601, false, dispatch::MsrAction::kZero), 1u);
+  EXPECT_EQ(Count(3, 0x12345601, true, dispatch::MsrAction::kGp), 1u);
+}
+
+// Several vCPUs (sessions) counting at once while the policy is edited and
+// a reader scrapes: no series ever goes down, and at the end each equals
+// the traps sent.
+TEST_F(SlotCountsTest, SeveralSessionsCountingAtOnceSumToTheTrapsSent) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  const std::vector<std::pair<uint32_t, bool>> accesses = {
+      {0x12345600, false}, {0x12345601, false}, {0x12345602, true},
+      {0x12345602, false}, {0x40000020, false}, {0x7777, false}};
+  std::atomic<bool> done{false};
+  std::atomic<int> decreases{0};
+  std::thread reader([&] {
+    std::map<std::tuple<std::optional<uint32_t>, std::optional<uint32_t>, bool, int>, uint64_t> last;
+    while (!done.load()) {
+      for (const dispatch::MsrCount& c : dispatcher_->CountsByKey().msrs) {
+        uint64_t& seen = last[{c.domain, c.msr, c.write, static_cast<int>(c.action)}];
+        if (c.count < seen) decreases.fetch_add(1);
+        seen = c.count;
+      }
+    }
+  });
+  // Edits all the while the vCPUs run: every one folds their slots.
+  std::atomic<bool> vcpus_done{false};
+  std::atomic<int> edits{0};
+  std::thread editor([&] {
+    while (!vcpus_done.load()) {
+      Edit();
+      edits.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  std::vector<std::thread> vcpus;
+  for (int t = 0; t < kThreads; ++t) {
+    vcpus.emplace_back([&, t] {
+      auto session = dispatcher_->NewSession();
+      for (int r = 0; r < kRounds; ++r) {
+        for (const auto& [msr, write] : accesses) session->Handle(Rdmsr(10 + t % 2, msr, write));
+      }
+    });
+  }
+  for (std::thread& v : vcpus) v.join();
+  vcpus_done.store(true);
+  editor.join();
+  EXPECT_GE(edits.load(), 2);
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(decreases.load(), 0);
+  const uint64_t per_domain = uint64_t{kRounds} * (kThreads / 2);
+  for (uint32_t domain : {10u, 11u}) {
+    EXPECT_EQ(Count(domain, 0x12345600, false, dispatch::MsrAction::kGp), per_domain);
+    EXPECT_EQ(Count(domain, 0x12345601, false, dispatch::MsrAction::kConst), per_domain);
+    EXPECT_EQ(Count(domain, 0x12345602, true, dispatch::MsrAction::kShadow), per_domain);
+    EXPECT_EQ(Count(domain, 0x12345602, false, dispatch::MsrAction::kZero), per_domain);
+    EXPECT_EQ(Count(domain, 0x40000020, false, dispatch::MsrAction::kZero), per_domain);
+    EXPECT_EQ(Count(domain, 0x7777, false, dispatch::MsrAction::kUnknownGp), per_domain);
+  }
+  uint64_t sum = 0;
+  for (const dispatch::MsrCount& c : dispatcher_->CountsByKey().msrs) sum += c.count;
+  EXPECT_EQ(sum, uint64_t{kThreads} * kRounds * accesses.size());
+  EXPECT_EQ(Logged("first read of MSR 0x12345600 by domain 10"), 1);
 }
 
 // Off (the default): Stats() still counts every trap, ended sessions
