@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dispatch/dispatch.h"
+#include "emulator/trap.h"
 #include "dispatch/trap_capture.h"
 #include "emulator/host.h"
 #include "kvm/audit_ring.h"
@@ -44,6 +45,7 @@ struct DataPlaneOptions {
   std::string host_profile;  // sim: a profile's name or file; "": the default
   std::string capture;       // a trap log of every exit decided ("": none)
   bool count_msrs = false;   // count per (MSR, access, action); subscribed: always
+  bool time_exits = false;   // time each exit's decision (pvemu_kvm_stats.pvemu_ns)
 };
 
 class DataPlane;
@@ -58,6 +60,7 @@ class Vcpu {
  private:
   friend class DataPlane;
   Vcpu(DataPlane* plane, uint32_t index, size_t run_size, int vcpu_fd);
+  int Dispatch(struct kvm_run* run);
   int HandleMsr(struct kvm_run* run, bool write);
   int HandleIo(struct kvm_run* run);
   // The guest RIP at the exit being handled (KVM_GET_REGS: an exit's
@@ -69,7 +72,11 @@ class Vcpu {
   const uint32_t index_;
   const size_t run_size_;  // the kvm_run mapping's size, bounding I/O data
   const int vcpu_fd_;      // -1 when the tests drive exits without KVM
+  const bool time_exits_;  // DataPlaneOptions::time_exits
   std::unique_ptr<dispatch::Dispatcher::Session> session_;
+  // The trap an exit becomes: domain, vCPU, mode and CPL set once; each exit
+  // sets the instruction and the registers it reads (an exit builds nothing).
+  emulator::Trap trap_;
   // Written by this vCPU's thread only; read by others (stats) relaxed.
   struct Counters {
     std::atomic<uint64_t> rdmsr{0}, wrmsr{0}, io{0}, completed{0}, exceptions{0}, device{0};

@@ -182,6 +182,9 @@ int pvemu_kvm_open(const struct pvemu_kvm_options* options, pvemu_kvm** out) {
     if (options->size >= offsetof(pvemu_kvm_options, count_msrs) + sizeof(uint32_t)) {
       o.count_msrs = options->count_msrs != 0;
     }
+    if (options->size >= offsetof(pvemu_kvm_options, time_exits) + sizeof(uint32_t)) {
+      o.time_exits = options->time_exits != 0;
+    }
     absl::StatusOr<std::unique_ptr<pvemu::kvm::DataPlane>> plane =
         pvemu::kvm::DataPlane::Open(o);
     if (!plane.ok()) return Fail(plane.status());

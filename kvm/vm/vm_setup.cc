@@ -92,6 +92,7 @@ pvemu_kvm* OpenPvemu(const Flags& f) {
   options.capture = f.capture.empty() ? nullptr : f.capture.c_str();
   // The summary's MSR rows (--stats, -o json) need the per-MSR counts.
   options.count_msrs = f.stats || f.json ? 1 : 0;
+  options.time_exits = f.stats || f.json ? 1 : 0;  // the summary's pvemu_ns_per_exit
   pvemu_kvm* pvemu = nullptr;
   if (const int rc = pvemu_kvm_open(&options, &pvemu); rc < 0) {
     Fail("pvemu_kvm_open (%s %s) failed: %s", f.policy.empty() ? "--server" : "--policy",

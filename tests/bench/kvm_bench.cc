@@ -55,6 +55,9 @@ class KvmLoop {
     pvemu_kvm_options options{};
     options.size = sizeof options;
     options.domain = 1;
+    // pvemu_ns, for decide_ns (two TSC reads an exit; BM_KvmExitDecision
+    // measures the decision without them).
+    options.time_exits = 1;
     const std::string path = policy_.string();
     options.policy = path.c_str();
     if (pvemu_kvm_open(&options, &plane_) != 0) {
