@@ -493,8 +493,13 @@ absl::Status DataPlane::SetupVm(int vm_fd) {
 absl::StatusOr<std::unique_ptr<Vcpu>> DataPlane::OpenVcpu(int kvm_fd, int vcpu_fd,
                                                           uint32_t index) {
   const int run_size = ioctl(kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
+  if (run_size < 0) return IoctlError("KVM_GET_VCPU_MMAP_SIZE on the /dev/kvm descriptor", errno);
   if (run_size < static_cast<int>(sizeof(struct kvm_run))) {
-    return IoctlError("KVM_GET_VCPU_MMAP_SIZE on the /dev/kvm descriptor", errno);
+    // Not an errno: the answer itself is impossible (found by capi_fuzz).
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KVM_GET_VCPU_MMAP_SIZE on the /dev/kvm descriptor gave %d bytes, fewer than struct "
+        "kvm_run's %zu: is it a /dev/kvm descriptor?",
+        run_size, sizeof(struct kvm_run)));
   }
   // KVM's supported leaves: retry with a larger table while it says E2BIG.
   std::vector<CpuidLeaf> supported;

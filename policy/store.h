@@ -190,7 +190,13 @@ class Store {
   const std::string state_dir_;
   const pvemu::v1::Vendor host_vendor_;
 
+  // The thread that runs an edit's durable write while the editing thread
+  // compiles (store.cc): one for the store's life, started by the first
+  // edit with a state dir, not one per edit.
+  class DurableWriter;
+
   mutable absl::Mutex mu_;  // serialises edits
+  std::unique_ptr<DurableWriter> writer_ ABSL_GUARDED_BY(mu_);
   pvemu::v1::Policy policy_ ABSL_GUARDED_BY(mu_);
   // policy_ in text format, kept from the last edit for the next diff
   // (unset: render it when needed).
