@@ -30,6 +30,7 @@ extern "C" {
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/xen/evtchn_wait.h"
+#include "server/xen/ioreq_slot.h"
 #include "server/xen/xen_ioreq.h"
 
 namespace pvemu::server {
@@ -126,6 +127,7 @@ class LibxcIoreqChannel final : public IoreqChannel {
     // Xen writes each vCPU's channel into its slot when the server is
     // enabled; bound after, as QEMU does.
     local_ports_.assign(vcpus, -1);
+    taken_.assign(vcpus, PortAccess());
     for (uint32_t v = 0; v < vcpus; ++v) {
       errno = 0;
       local_ports_[v] = xenevtchn_bind_interdomain(xce_, domain_, page_->vcpu_ioreq[v].vp_eport);
@@ -146,23 +148,11 @@ class LibxcIoreqChannel final : public IoreqChannel {
     for (uint32_t v = 0; v < local_ports_.size(); ++v) {
       volatile ioreq_t* req = &page_->vcpu_ioreq[v];
       if (req->state != STATE_IOREQ_READY) continue;
-      // Read the request only after seeing READY (Xen wrote it before).
-      std::atomic_thread_fence(std::memory_order_acquire);
-      req->state = STATE_IOREQ_INPROCESS;
-      if (req->type != IOREQ_TYPE_PIO) {
-        // Not ours to decide (a mapcache invalidation, ...): done at once.
+      if (TakeIoreqSlot(req, domain_, v, access) == IoreqSlot::kDone) {
         Complete(v);
         continue;
       }
-      *access = PortAccess();
-      access->domain = domain_;
-      access->vcpu = v;
-      access->port = static_cast<uint16_t>(req->addr);
-      access->size = static_cast<uint8_t>(req->size);
-      access->write = req->dir == IOREQ_WRITE;
-      access->string = req->data_is_ptr != 0;
-      access->count = req->count;
-      access->value = access->string ? 0 : static_cast<uint32_t>(req->data);
+      taken_[v] = *access;
       return true;
     }
     return false;
@@ -170,17 +160,13 @@ class LibxcIoreqChannel final : public IoreqChannel {
 
   void Respond(uint32_t vcpu, uint32_t value) override {
     if (vcpu >= local_ports_.size()) return;
-    volatile ioreq_t* req = &page_->vcpu_ioreq[vcpu];
-    if (req->dir == IOREQ_READ && !req->data_is_ptr) req->data = value;
+    AnswerIoreqSlot(&page_->vcpu_ioreq[vcpu], taken_[vcpu], value);
     Complete(vcpu);
   }
 
  private:
   void Complete(uint32_t vcpu) {
-    volatile ioreq_t* req = &page_->vcpu_ioreq[vcpu];
-    // The data before the state: Xen reads the data once it sees the state.
-    std::atomic_thread_fence(std::memory_order_release);
-    req->state = STATE_IORESP_READY;
+    CompleteIoreqSlot(&page_->vcpu_ioreq[vcpu]);
     xenevtchn_notify(xce_, local_ports_[vcpu]);
   }
 
@@ -193,6 +179,9 @@ class LibxcIoreqChannel final : public IoreqChannel {
   bool created_ = false;
   shared_iopage_t* page_ = nullptr;
   std::vector<xenevtchn_port_or_error_t> local_ports_;  // by vCPU
+  // What Next took from each vCPU's slot, for its Respond (the shared page
+  // is not read twice).
+  std::vector<PortAccess> taken_;
 };
 
 }  // namespace

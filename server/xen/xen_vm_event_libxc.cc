@@ -11,6 +11,7 @@ extern "C" {
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -114,6 +115,21 @@ class LibxcVmEventChannel final : public VmEventChannel {
 
   bool Next(VmEvent* event) override {
     if (!RING_HAS_UNCONSUMED_REQUESTS(&ring_)) return false;
+    // A producer index more than a ring ahead of our responses is a lie (the
+    // page is Xen's, but a corrupted one must not make Poll decide 2^32
+    // stale slots): stop reading until it is sane again (found reading the
+    // ring for xen_ring_fuzz).
+    if (RING_REQUEST_PROD_OVERFLOW(&ring_, ring_.sring->req_prod)) {
+      if (!overflow_reported_) {
+        overflow_reported_ = true;
+        std::fprintf(stderr,
+                     "pvemud: the vm_event ring of domain %u claims %u requests past %u "
+                     "answered, more than its %u slots; not reading it until that is sane\n",
+                     domain_, ring_.sring->req_prod - ring_.rsp_prod_pvt, ring_.rsp_prod_pvt,
+                     RING_SIZE(&ring_));
+      }
+      return false;
+    }
     RING_IDX cons = ring_.req_cons;
     vm_event_request_t req;
     std::memcpy(&req, RING_GET_REQUEST(&ring_, cons), sizeof(req));
@@ -200,6 +216,7 @@ class LibxcVmEventChannel final : public VmEventChannel {
   vm_event_back_ring_t ring_ = {};
   std::vector<uint32_t> msrs_;
   bool cpuid_ = false;
+  bool overflow_reported_ = false;  // said once, not per poll
 };
 
 }  // namespace

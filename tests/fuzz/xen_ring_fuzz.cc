@@ -22,6 +22,7 @@
 #include "hosts/sim_host.h"
 #include "policy/loader.h"
 #include "policy/store.h"
+#include "server/xen/ioreq_slot.h"
 #include "server/xen/xen_ioreq.h"
 #include "server/xen/xen_monitor.h"
 #include "server/xen/xen_port_server.h"
@@ -186,10 +187,11 @@ class RingChannel final : public server::VmEventChannel {
   absl::Status Wait(int) override { return absl::OkStatus(); }
 
   bool Next(server::VmEvent* event) override {
-    // Fuzz only: a producer index that lies keeps libxc's Next answering
-    // yes for up to 2^32 calls. Cap the work.
+    // As xen_vm_event_libxc.cc's Next: a producer index more than a ring
+    // ahead of the responses is refused. The budget stays as a guard.
     if (ring_.sring == nullptr || budget_ <= 0) return false;
     if (!RING_HAS_UNCONSUMED_REQUESTS(&ring_)) return false;
+    if (RING_REQUEST_PROD_OVERFLOW(&ring_, ring_.sring->req_prod)) return false;
     Require(!outstanding_, "the monitor took a request before answering the last one");
     --budget_;
     RING_IDX cons = ring_.req_cons;
@@ -318,23 +320,14 @@ class IoreqPage final : public server::IoreqChannel {
     for (uint32_t v = 0; v < vcpus_; ++v) {
       volatile ioreq_t* req = &page_->vcpu_ioreq[v];
       if (req->state != STATE_IOREQ_READY) continue;
-      std::atomic_thread_fence(std::memory_order_acquire);
-      req->state = STATE_IOREQ_INPROCESS;
-      if (req->type != IOREQ_TYPE_PIO) {
+      // The shipped slot reading (server/xen/ioreq_slot.h), as the libxc server.
+      if (server::TakeIoreqSlot(req, domain_, v, access) == server::IoreqSlot::kDone) {
         Complete(v);
         continue;
       }
-      *access = server::PortAccess();
-      access->domain = domain_;
-      access->vcpu = v;
-      access->port = static_cast<uint16_t>(req->addr);
-      access->size = static_cast<uint8_t>(req->size);
-      access->write = req->dir == IOREQ_WRITE;
-      access->string = req->data_is_ptr != 0;
-      access->count = req->count;
-      access->value = access->string ? 0 : static_cast<uint32_t>(req->data);
       outstanding_ = true;
       taken_ = v;
+      taken_access_ = *access;
       return true;
     }
     return false;
@@ -344,16 +337,13 @@ class IoreqPage final : public server::IoreqChannel {
     Require(outstanding_ && vcpu == taken_, "an answer for a vCPU whose access was not taken");
     outstanding_ = false;
     if (vcpu >= vcpus_) return;
-    volatile ioreq_t* req = &page_->vcpu_ioreq[vcpu];
-    if (req->dir == IOREQ_READ && !req->data_is_ptr) req->data = value;
+    server::AnswerIoreqSlot(&page_->vcpu_ioreq[vcpu], taken_access_, value);
     Complete(vcpu);
   }
 
  private:
   void Complete(uint32_t vcpu) {
-    volatile ioreq_t* req = &page_->vcpu_ioreq[vcpu];
-    std::atomic_thread_fence(std::memory_order_release);
-    req->state = STATE_IORESP_READY;
+    server::CompleteIoreqSlot(&page_->vcpu_ioreq[vcpu]);
     // xenevtchn_notify: nobody to wake.
   }
 
@@ -362,6 +352,7 @@ class IoreqPage final : public server::IoreqChannel {
   uint32_t vcpus_ = 0;
   bool outstanding_ = false;
   uint32_t taken_ = 0;
+  server::PortAccess taken_access_;
 };
 
 // Domain 5 enforces, domain 6 learns. GP, CONST, SHADOW, PASSTHROUGH (to the
@@ -570,10 +561,15 @@ int PollPorts(Run& run) {
   uint8_t* page = run.page_bytes.get();
   uint8_t before[kPageSize];
   std::memcpy(before, page, kPageSize);
+  // A port access Xen could make: 1, 2 or 4 bytes at a 16-bit port. Others
+  // are answered without a decision (all ones for a read).
+  const auto well_formed = [](const ioreq_t& s) {
+    return (s.size == 1 || s.size == 2 || s.size == 4) && s.addr <= 0xffff;
+  };
   int pending = 0;
   for (uint32_t v = 0; v < run.vcpus; ++v) {
     const ioreq_t* s = SlotAt(before, v);
-    if (s->state == STATE_IOREQ_READY && s->type == IOREQ_TYPE_PIO) ++pending;
+    if (s->state == STATE_IOREQ_READY && s->type == IOREQ_TYPE_PIO && well_formed(*s)) ++pending;
   }
   const int n = run.d->ports->Poll();
   Require(n == pending, "the port server did not answer every pending port access");
@@ -594,7 +590,9 @@ int PollPorts(Run& run) {
                 a.data_is_ptr == b.data_is_ptr && a.dir == b.dir && a.df == b.df &&
                 a._pad1 == b._pad1 && a.type == b.type,
             "the port server changed a field of a taken slot other than state and data");
-    if (b.type == IOREQ_TYPE_PIO && b.dir == IOREQ_READ && !b.data_is_ptr) {
+    if (b.type == IOREQ_TYPE_PIO && b.dir == IOREQ_READ && !b.data_is_ptr && !well_formed(b)) {
+      Require(a.data == ~uint64_t{0}, "a malformed port read did not read all ones");
+    } else if (b.type == IOREQ_TYPE_PIO && b.dir == IOREQ_READ && !b.data_is_ptr) {
       const uint8_t size = static_cast<uint8_t>(b.size);
       const uint64_t mask = size >= 4 ? 0xffffffffu : (uint64_t{1} << (8 * size)) - 1;
       Require(a.data <= mask, "an IN's data is wider than the access");
