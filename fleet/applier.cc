@@ -54,8 +54,10 @@ absl::Status Applier::Refuse(int64_t revision, const absl::Status& why, const Le
 absl::Status Applier::Apply(int64_t revision, LevelSet layers) {
   std::optional<v1::FleetState> to_save;
   absl::Status status;
+  const absl::Time started = absl::Now();
   {
     absl::MutexLock lock(&mu_);
+    times_ = ApplyTimes{revision, started, started, started};
     status = ApplyLocked(revision, std::move(layers), &to_save);
   }
   // The state file is written after the lock is released, so an edit
@@ -82,6 +84,7 @@ absl::Status Applier::ApplyLocked(int64_t revision, LevelSet layers,
     it = keys_.Classify(it->first).has_value() ? std::next(it) : layers.erase(it);
   }
   absl::StatusOr<policy::LoadedPolicy> composed = Compose(base_, keys_, layers, store_.host_vendor());
+  times_.composed = absl::Now();
   if (!composed.ok()) return Refuse(revision, composed.status(), layers);
 
   const uint64_t generation = store_.generation();
@@ -116,6 +119,7 @@ absl::Status Applier::ApplyLocked(int64_t revision, LevelSet layers,
         store_.ApplyPolicyAtGeneration(composed->policy, composed->source, revision, options);
     if (!result.ok()) return Refuse(revision, result.status(), layers);
   }
+  times_.committed = absl::Now();
   view_.layers = std::move(layers);
   view_.applied_revision = revision;
   view_.seen_revision = revision;
@@ -128,6 +132,11 @@ absl::Status Applier::ApplyLocked(int64_t revision, LevelSet layers,
     for (const auto& [key, value] : view_.layers) (*state.mutable_layers())[key] = value;
   }
   return absl::OkStatus();
+}
+
+Applier::ApplyTimes Applier::LastApplyTimes() const {
+  absl::MutexLock lock(&mu_);
+  return times_;
 }
 
 absl::Status Applier::Check(const std::string& key,

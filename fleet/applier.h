@@ -70,6 +70,13 @@ class Applier {
   void SetStale(bool stale);
 
   HostView View() const;
+  // When the last Apply began, composed and had the store take the policy
+  // (for an edit's phase times, Editor's PVEMU_FLEET_TRACE).
+  struct ApplyTimes {
+    int64_t revision = 0;
+    absl::Time started, composed, committed;
+  };
+  ApplyTimes LastApplyTimes() const;
   const FleetKeys& keys() const { return keys_; }
   const std::string& url() const { return url_; }
   // Moves whenever the view changes (for the status keeper).
@@ -93,6 +100,7 @@ class Applier {
   mutable absl::Mutex mu_;
   HostView view_ ABSL_GUARDED_BY(mu_);
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  ApplyTimes times_ ABSL_GUARDED_BY(mu_);
 };
 
 // The author line of a value an edit wrote ("" if it has none): the

@@ -1,6 +1,9 @@
 #include "fleet/editor.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -112,10 +115,29 @@ absl::Status Editor::CheckRegisteredTies(const LevelName& layer, const std::stri
   return absl::OkStatus();
 }
 
+namespace {
+
+// PVEMU_FLEET_TRACE=1 in pvemud's environment: one line per edit with the
+// time of each phase (docs/performance.md, "Fleet mode"), for finding where
+// an edit's latency goes on a given etcd and host.
+bool TraceEdits() {
+  static const bool on = [] {
+    const char* v = std::getenv("PVEMU_FLEET_TRACE");
+    return v != nullptr && *v != 0 && std::string(v) != "0";
+  }();
+  return on;
+}
+
+double Ms(absl::Time from, absl::Time to) { return absl::ToDoubleMilliseconds(to - from); }
+
+}  // namespace
+
 absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
+  const absl::Time began = absl::Now();
   const FleetKeys& keys = applier_.keys();
   const std::string key = keys.Level(edit.level);
   absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+  const absl::Time was_read = absl::Now();
   if (!read.ok()) return NotWritten(read.status(), key);
   std::optional<KeyValue> current;
   if (!read->kvs.empty()) current = read->kvs[0];
@@ -142,6 +164,7 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     return NotWritten(ties, key);
   }
 
+  const absl::Time checked_at = absl::Now();
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* cmp = txn.add_compare();
   cmp->set_key(key);
@@ -153,6 +176,7 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   put->set_value(value);
   txn.add_failure()->mutable_request_range()->set_key(key);
   absl::StatusOr<etcdserverpb::TxnResponse> done = etcd_.Txn(txn, kTxnTimeout);
+  const absl::Time committed_at = absl::Now();
   if (!done.ok()) {
     // Sent, but not confirmed: etcd may still commit it. The compare makes
     // a retry safe: it cannot apply twice, nor over someone else's edit.
@@ -180,6 +204,20 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   response.set_affects_this_host(keys.Classify(key).has_value());
   if (!response.affects_this_host()) return response;
   applier_.WaitSeen(revision, kApplyWait);
+  if (TraceEdits()) {
+    const absl::Time seen = absl::Now();
+    const Applier::ApplyTimes t = applier_.LastApplyTimes();
+    const bool mine = t.revision == revision;
+    std::fprintf(stderr,
+                 "pvemud: fleet trace: edit of %s at revision %lld: read %.3f ms, new value and "
+                 "checks %.3f ms, txn %.3f ms, watch event %.3f ms, compose %.3f ms, store "
+                 "(validate, compile, persist, swap) %.3f ms, to the answer %.3f ms; total %.3f ms\n",
+                 key.c_str(), static_cast<long long>(revision), Ms(began, was_read),
+                 Ms(was_read, checked_at), Ms(checked_at, committed_at),
+                 mine ? Ms(committed_at, t.started) : -1.0, mine ? Ms(t.started, t.composed) : -1.0,
+                 mine ? Ms(t.composed, t.committed) : -1.0, mine ? Ms(t.committed, seen) : -1.0,
+                 Ms(began, seen));
+  }
   const HostView view = applier_.View();
   if (view.applied_revision >= revision) {
     response.set_applied(true);

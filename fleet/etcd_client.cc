@@ -138,6 +138,39 @@ absl::Status EtcdClient::Unary(
   return status.ok() ? absl::OkStatus() : Error(status, what);
 }
 
+namespace {
+
+// A read is safe to repeat: an election in progress ("leader changed", "no
+// leader": UNAVAILABLE) is waited out within the timeout, as etcd's own
+// client does. `call(context)` makes one attempt.
+template <typename Call>
+grpc::Status ReadRetrying(absl::Duration timeout, Call call) {
+  const absl::Time deadline = absl::Now() + timeout;
+  grpc::Status status;
+  while (true) {
+    grpc::ClientContext context;
+    EtcdClient::Prepare(&context, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    status = call(&context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        absl::Now() + absl::Milliseconds(100) >= deadline) {
+      return status;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+RangeResult ToRangeResult(int64_t revision, const etcdserverpb::RangeResponse& response) {
+  RangeResult out;
+  out.revision = revision;
+  for (const mvccpb::KeyValue& kv : response.kvs()) {
+    out.kvs.push_back(KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(),
+                               kv.lease()});
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<RangeResult> EtcdClient::Get(const std::string& key, const std::string& range_end,
                                             int64_t revision, absl::Duration timeout) const {
   etcdserverpb::RangeRequest request;
@@ -145,30 +178,43 @@ absl::StatusOr<RangeResult> EtcdClient::Get(const std::string& key, const std::s
   if (!range_end.empty()) request.set_range_end(range_end);
   request.set_revision(revision);
   etcdserverpb::RangeResponse response;
-  // A read is safe to repeat: an election in progress ("leader changed",
-  // "no leader": UNAVAILABLE) is waited out within the timeout, as etcd's
-  // own client does.
-  const absl::Time deadline = absl::Now() + timeout;
-  grpc::Status status;
-  while (true) {
-    grpc::ClientContext context;
-    Prepare(&context, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
-    status = kv_->Range(&context, request, &response);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() + absl::Milliseconds(100) >= deadline) {
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  const grpc::Status status = ReadRetrying(timeout, [&](grpc::ClientContext* context) {
+    return kv_->Range(context, request, &response);
+  });
   if (!status.ok()) {
     return Error(status, absl::StrCat("reading ", key, range_end.empty() ? "" : "*",
                                       revision > 0 ? absl::StrCat(" at revision ", revision) : ""));
   }
-  RangeResult out;
-  out.revision = response.header().revision();
-  for (const mvccpb::KeyValue& kv : response.kvs()) {
-    out.kvs.push_back(KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(),
-                               kv.lease()});
+  return ToRangeResult(response.header().revision(), response);
+}
+
+absl::StatusOr<std::vector<RangeResult>> EtcdClient::GetAll(const std::vector<KeyRange>& ranges,
+                                                            int64_t revision,
+                                                            absl::Duration timeout) const {
+  // A transaction with no compare runs its success branch: every read in it
+  // at one revision, in one round trip.
+  etcdserverpb::TxnRequest request;
+  for (const KeyRange& range : ranges) {
+    etcdserverpb::RangeRequest* r = request.add_success()->mutable_request_range();
+    r->set_key(range.key);
+    if (!range.range_end.empty()) r->set_range_end(range.range_end);
+    r->set_revision(revision);
+  }
+  etcdserverpb::TxnResponse response;
+  const grpc::Status status = ReadRetrying(timeout, [&](grpc::ClientContext* context) {
+    return kv_->Txn(context, request, &response);
+  });
+  if (!status.ok()) {
+    return Error(status, absl::StrCat("reading ", ranges.size(), " key ranges",
+                                      revision > 0 ? absl::StrCat(" at revision ", revision) : ""));
+  }
+  std::vector<RangeResult> out;
+  for (const etcdserverpb::ResponseOp& op : response.responses()) {
+    out.push_back(ToRangeResult(response.header().revision(), op.response_range()));
+  }
+  if (out.size() != ranges.size()) {
+    return absl::InternalError(absl::StrCat(name_, ": a read of ", ranges.size(),
+                                            " key ranges answered ", out.size()));
   }
   return out;
 }

@@ -54,6 +54,14 @@ class EtcdClient {
   // (0: now; linearizable). A compacted revision fails with OUT_OF_RANGE.
   absl::StatusOr<RangeResult> Get(const std::string& key, const std::string& range_end,
                                   int64_t revision, absl::Duration timeout) const;
+  // Several reads at one revision (0: the current one) in one round trip (a
+  // transaction of reads), one result each, in order.
+  struct KeyRange {
+    std::string key;
+    std::string range_end;  // "": the key alone
+  };
+  absl::StatusOr<std::vector<RangeResult>> GetAll(const std::vector<KeyRange>& ranges,
+                                                  int64_t revision, absl::Duration timeout) const;
   // A Txn. Its failures come back with the gRPC code (DEADLINE_EXCEEDED,
   // UNAVAILABLE, ...): the caller decides what an unanswered write means.
   absl::StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& request,
