@@ -101,6 +101,17 @@ void AuditHub::PublishEdit(v1::EditEvent edit) {
   Deliver(std::move(event));
 }
 
+void AuditHub::CountLost(uint64_t audited, uint64_t unknown) {
+  absl::MutexLock lock(&mu_);
+  rate_limited_ += unknown;
+  dropped_ += audited;
+  if (audited == 0) return;
+  for (auto& sub : subs_) {
+    absl::MutexLock sub_lock(&sub->mu_);
+    sub->dropped_ += audited;
+  }
+}
+
 void AuditHub::PublishTrap(v1::TrapEvent trap, bool unknown) {
   absl::MutexLock lock(&mu_);
   if (subs_.empty()) return;

@@ -75,6 +75,11 @@ class AuditHub final : public TrapObserver {
   void PublishEdit(v1::EditEvent edit);
   // `unknown` events are rate-limited per (domain, msr).
   void PublishTrap(v1::TrapEvent trap, bool unknown);
+  // Trap events a trap source lost before they reached the hub (a KVM data
+  // plane's full ring): `audited` ones every watcher's next trap event says
+  // were suppressed (stats().dropped); `unknown` (unknown-MSR accesses)
+  // count as rate-limited, which they would mostly have been.
+  void CountLost(uint64_t audited, uint64_t unknown);
 
  private:
   void Deliver(v1::AuditEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -426,6 +426,34 @@ namespace {
 // How many (domain, MSR, access) first accesses the process logs.
 constexpr size_t kMaxFirstAccessLogs = 4096;
 
+// The process's first-access log: which (domain, MSR, access) it named, and
+// whether it has stopped (at its bound, or when a session's count table can
+// no longer tell a first from a repeat).
+struct FirstAccessLog {
+  absl::Mutex mu;
+  absl::flat_hash_set<uint64_t> logged ABSL_GUARDED_BY(mu);
+  bool stopped ABSL_GUARDED_BY(mu) = false;
+};
+FirstAccessLog& TheFirstAccessLog() {
+  static auto* state = new FirstAccessLog();
+  return *state;
+}
+
+// Says once per process that the first-access log stopped, and why.
+ABSL_ATTRIBUTE_NOINLINE void StopFirstAccessLog(const std::function<void(absl::string_view)>& log,
+                                                absl::string_view why) {
+  if (!log) return;
+  FirstAccessLog& state = TheFirstAccessLog();
+  size_t logged = 0;
+  {
+    absl::MutexLock lock(&state.mu);
+    if (state.stopped) return;
+    state.stopped = true;
+    logged = state.logged.size();
+  }
+  log(absl::StrFormat("further first accesses not logged (%zu logged): %s", logged, why));
+}
+
 // Logs, once per process, the first access of (domain, MSR, access) that a
 // GP rule or the unknown-MSR mode decided. Off the trap's fast path: only
 // when a session's count table takes a new key.
@@ -440,20 +468,18 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const std::function<void(absl::strin
   const bool unknown = action == MsrAction::kUnknownGp || action == MsrAction::kUnknownRelaxed;
   if (!unknown && action != MsrAction::kGp) return;
   if (!log) return;
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* logged = new absl::flat_hash_set<uint64_t>();  // guarded by mu
-  static bool full = false;                                   // guarded by mu
+  FirstAccessLog& state = TheFirstAccessLog();
   {
-    absl::MutexLock lock(&mu);
-    if (full) return;
+    absl::MutexLock lock(&state.mu);
+    if (state.stopped) return;
     const uint64_t key = uint64_t{domain} << 33 | uint64_t{msr} << 1 | uint64_t{write};
-    if (logged->contains(key)) return;
-    if (logged->size() == kMaxFirstAccessLogs) {
-      full = true;
+    if (state.logged.contains(key)) return;
+    if (state.logged.size() == kMaxFirstAccessLogs) {
+      state.stopped = true;
       log(absl::StrFormat("further first accesses not logged (%zu logged)", kMaxFirstAccessLogs));
       return;
     }
-    logged->insert(key);
+    state.logged.insert(key);
   }
   std::string rule = "unknown_msr";
   if (!unknown) {
@@ -604,6 +630,15 @@ void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const em
     const uint32_t code = TrapCountTables::MsrCode(write, view.decision(), out.relaxed);
     if (tables.msrs.Contains(TrapCountTables::MsrKey(trap.domain, view.msr(), code))) return;
   } else if (!tables.CountMsr(trap.domain, view.msr(), write, view.decision(), out.relaxed)) {
+    // A full table counts what it cannot place as "other" and can no longer
+    // tell a first access from a repeat: the log says so, once.
+    if (tables.msrs.full() && !first_access_log_stopped_) [[unlikely]] {
+      first_access_log_stopped_ = true;
+      StopFirstAccessLog(owner_->options_.log,
+                         absl::StrFormat("a trap source counted %d distinct (domain, MSR, "
+                                         "access, action) keys, all it keeps apart",
+                                         1 << TrapCountTables::kLog2MsrSlots));
+    }
     return;
   }
   // A relaxed access's first is the learning log's (NoteFirstLearned).

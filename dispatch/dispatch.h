@@ -185,6 +185,7 @@ class Dispatcher {
     std::atomic<uint64_t>* domain_slots_[kDomainCacheSize] = {};
     uint64_t domain_cache_generation_ = 0;
     std::unique_ptr<emulator::Domain> view_;  // a DomainView<count_detail_>
+    bool first_access_log_stopped_ = false;  // this session said its table is full
     uint64_t (*rip_source_)(void*) = nullptr;
     void* rip_context_ = nullptr;
     // The trap's RIP for a first-access record: its own, else the source's

@@ -74,10 +74,14 @@ class CountTable {
         return true;
       }
     }
+    full_ = true;
     CountOverflow(code);
     return false;
   }
   void CountOverflow(uint32_t code) { Increment(overflow_[code & (kCodes - 1)]); }
+  // The writer thread: whether a key has found no slot (it counted in its
+  // overflow bucket).
+  bool full() const { return full_; }
 
   // The writer thread only: adds n (> 0) to `key`'s count, as n Bumps would.
   void Add(uint64_t key, uint64_t n, uint32_t code) {
@@ -139,6 +143,7 @@ class CountTable {
   static constexpr int kShift = 64 - kLog2Slots;
   Slot slots_[kMask + 1];
   std::atomic<uint64_t> overflow_[kCodes] = {};
+  bool full_ = false;  // the writer's
 };
 
 // One session's tables and their key encodings.

@@ -88,6 +88,31 @@ uint64_t MsrFilter::exiting_count() const {
   return n;
 }
 
+MsrFilter IntersectExits(const MsrFilter& a, const MsrFilter& b) {
+  MsrFilter out;
+  // The intervals both list, by walking the two sorted lists together.
+  size_t i = 0, j = 0;
+  while (i < a.exiting.size() && j < b.exiting.size()) {
+    const uint32_t first = std::max(a.exiting[i].first, b.exiting[j].first);
+    const uint32_t last = std::min(a.exiting[i].second, b.exiting[j].second);
+    if (first <= last) out.exiting.emplace_back(first, last);
+    if (a.exiting[i].second < b.exiting[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  // a's ranges, with the bit of every MSR that exits there but not in b set.
+  out.ranges = a.ranges;
+  for (FilterRange& range : out.ranges) {
+    for (uint32_t bit = 0; bit < range.nmsrs; ++bit) {
+      const uint32_t msr = range.base + bit;
+      if (range.Exits(msr) && !out.Exits(msr)) range.bitmap[bit / 8] |= 1u << (bit % 8);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<MsrFilter> CompileMsrFilter(const policy::DomainSnapshot& domain) {
   const std::vector<Span> spans = domain.NamedMsrs();
 

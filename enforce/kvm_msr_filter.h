@@ -54,6 +54,14 @@ struct MsrFilter {
   bool SameExits(const MsrFilter& other) const { return exiting == other.exiting; }
 };
 
+// The filter under which exactly the MSRs both `a` and `b` make exit do, in
+// `a`'s ranges (so KVM takes it whenever it took `a`). A policy swap that
+// changes the exiting set installs it first: the MSRs that leave stop
+// exiting before the new policy decides (which would answer them by its
+// unknown_msr, neither generation's answer), and those that enter start
+// only once it does (kvm/data_plane.cc, DataPlane::Apply).
+MsrFilter IntersectExits(const MsrFilter& a, const MsrFilter& b);
+
 // The filter for one compiled domain. InvalidArgument, naming each rule
 // (FILE:LINE) and why, when KVM cannot express it: a rule that applies to
 // this host and domain names an x2APIC MSR (0x800-0x8ff), or the named MSRs

@@ -24,7 +24,9 @@ void AuditRing::OnTrap(const emulator::Trap& trap, const emulator::Outcome& out,
     if (turn == 0) {
       if (enqueue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
     } else if (turn < 0) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);  // full: the consumer is behind
+      // Full: the consumer is behind. An audited trap's loss is told to the
+      // watchers; an unknown-MSR one is as if rate-limited.
+      (out.audit ? dropped_ : dropped_unknown_).fetch_add(1, std::memory_order_relaxed);
       return;
     } else {
       pos = enqueue_.load(std::memory_order_relaxed);
@@ -41,6 +43,13 @@ void AuditRing::OnTrap(const emulator::Trap& trap, const emulator::Outcome& out,
 }
 
 void AuditRing::Drain(v1::KvmTrapBatch* batch) {
+  const uint64_t dropped = dropped_.load(std::memory_order_relaxed);
+  batch->set_events_dropped(batch->events_dropped() + (dropped - dropped_reported_));
+  dropped_reported_ = dropped;
+  const uint64_t unknown = dropped_unknown_.load(std::memory_order_relaxed);
+  batch->set_unknown_events_dropped(batch->unknown_events_dropped() +
+                                    (unknown - dropped_unknown_reported_));
+  dropped_unknown_reported_ = unknown;
   for (;;) {
     Slot& slot = slots_[dequeue_ & (kCapacity - 1)];
     if (slot.sequence.load(std::memory_order_acquire) != dequeue_ + 1) return;

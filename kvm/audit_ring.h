@@ -29,9 +29,14 @@ class AuditRing final : public dispatch::TrapObserver {
   void OnTrap(const emulator::Trap& trap, const emulator::Outcome& outcome,
               const emulator::Instruction& insn, emulator::DecodeError error) override;
 
-  // Moves every waiting event into `batch` (one consumer at a time).
+  // Moves every waiting event into `batch` (one consumer at a time), and
+  // the numbers dropped since the last Drain (events_dropped: audited
+  // traps; unknown_events_dropped: unknown-MSR accesses).
   void Drain(v1::KvmTrapBatch* batch);
-  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const {
+    return dropped_.load(std::memory_order_relaxed) +
+           dropped_unknown_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Event {
@@ -47,7 +52,10 @@ class AuditRing final : public dispatch::TrapObserver {
   std::unique_ptr<Slot[]> slots_;
   alignas(64) std::atomic<uint64_t> enqueue_{0};
   alignas(64) uint64_t dequeue_ = 0;  // the consumer's alone
-  std::atomic<uint64_t> dropped_{0};
+  uint64_t dropped_reported_ = 0;          // the consumer's alone
+  uint64_t dropped_unknown_reported_ = 0;  // the consumer's alone
+  std::atomic<uint64_t> dropped_{0};       // audited traps
+  std::atomic<uint64_t> dropped_unknown_{0};
 };
 
 }  // namespace pvemu::kvm

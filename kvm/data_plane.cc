@@ -10,6 +10,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/durable_file.h"
@@ -420,7 +421,9 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
     DataPlane* raw = plane.get();
     dispatch_options.log = [raw](absl::string_view line) {
       absl::MutexLock lock(&raw->log_mu_);
-      if (raw->log_.size() < kMaxLogLines) {
+      // The line that says the log stopped is never among those dropped.
+      if (raw->log_.size() < kMaxLogLines ||
+          absl::StartsWith(line, "further first accesses not logged")) {
         raw->log_.emplace_back(line);
       } else {
         ++raw->log_dropped_;
@@ -544,12 +547,28 @@ absl::Status DataPlane::Apply(const pvemu::v1::Policy& policy, const policy::Sou
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(enforce::MsrFilter filter,
                    CheckForKvm(policy, source, host_->vendor(), options_.domain, *host_));
-  // The policy swaps first, then the filter (only when the exiting set
-  // changed). In between, an MSR only the old policy names may still exit
-  // and follows the new policy's unknown_msr, and one only the new policy
-  // names stays a moment longer with KVM: every answer is one generation's.
+  // When the exiting set changes, in three steps, so that every access gets
+  // one generation's answer whole: first only what both generations make
+  // exit does (an MSR only the old policy names goes back to KVM, the new
+  // generation's answer, before the new policy could decide it by its
+  // unknown_msr); then the policy swaps; then what only the new policy names
+  // starts to exit (until then it stays with KVM, the old answer).
   const bool changed = !filter.SameExits(filter_);
-  RETURN_IF_ERROR(store_->ApplyPolicy(policy, source, policy::EditOptions{}).status());
+  if (changed && vm_fd_ >= 0) {
+    RETURN_IF_ERROR(InstallFilter(enforce::IntersectExits(filter_, filter)));
+    // KVM hands a new filter to a vCPU in guest mode by a request it takes
+    // at its next entry, and the ioctl does not wait for that: a vCPU may
+    // still exit by the old filter for a few microseconds, and those exits
+    // must find the old policy. A millisecond covers it (an edit takes that
+    // long anyway); an exit handled after it is the one left, see
+    // docs/DESIGN.md, "The KVM data plane".
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::Status applied = store_->ApplyPolicy(policy, source, policy::EditOptions{}).status();
+  if (!applied.ok()) {
+    if (changed) (void)InstallFilter(filter_);  // back to the old generation whole
+    return applied;
+  }
   if (changed) RETURN_IF_ERROR(InstallFilter(filter));
   filter_ = std::move(filter);
   generation_.store(generation, std::memory_order_release);

@@ -41,6 +41,9 @@ grpc::Status KvmServiceImpl::ReportTraps(grpc::ServerContext* context,
   v1::KvmTrapBatch batch;
   while (reader->Read(&batch)) {
     attachments_.Report(pid, batch);
+    if (batch.events_dropped() != 0 || batch.unknown_events_dropped() != 0) {
+      audit_.CountLost(batch.events_dropped(), batch.unknown_events_dropped());
+    }
     for (const v1::TrapEvent& event : batch.events()) {
       audit_.PublishTrap(event, event.reason() == "unknown-msr");
     }

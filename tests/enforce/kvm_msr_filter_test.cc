@@ -404,5 +404,32 @@ TEST(MsrFilter, ExplainKvmSaysWhetherAnMsrExitsAndWhy) {
                                                      HasSubstr("UNKNOWN"), HasSubstr("INVAL")));
 }
 
+// A swap's first step (DataPlane::Apply): what both generations make exit
+// exits, in the old filter's ranges; what only one names stays with KVM.
+TEST(IntersectExitsTest, OnlyTheMsrsBothFiltersMakeExitDoInTheFirstFiltersRanges) {
+  auto old_domain = Domain(WithRules(Single(0x277) + Single(0x12345680) + Range(0x1000, 0x10ff)));
+  auto new_domain = Domain(WithRules(Single(0x12345680) + Single(0x12345681) + Range(0x1080, 0x117f)));
+  ASSERT_NE(old_domain, nullptr);
+  ASSERT_NE(new_domain, nullptr);
+  absl::StatusOr<MsrFilter> a = CompileMsrFilter(*old_domain);
+  absl::StatusOr<MsrFilter> b = CompileMsrFilter(*new_domain);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  const MsrFilter both = IntersectExits(*a, *b);
+  EXPECT_EQ(both.exiting, (Intervals{{0x1080, 0x10ff}, {0x12345680, 0x12345680}}));
+  ASSERT_EQ(both.ranges.size(), a->ranges.size());
+  for (size_t r = 0; r < both.ranges.size(); ++r) {
+    EXPECT_EQ(both.ranges[r].base, a->ranges[r].base);
+    EXPECT_EQ(both.ranges[r].nmsrs, a->ranges[r].nmsrs);
+    for (uint32_t bit = 0; bit < both.ranges[r].nmsrs; ++bit) {
+      const uint32_t msr = both.ranges[r].base + bit;
+      EXPECT_EQ(both.ranges[r].Exits(msr), a->Exits(msr) && b->Exits(msr)) << std::hex << msr;
+    }
+  }
+  for (uint32_t msr : {0x277u, 0x1000u, 0x107fu, 0x12345681u, 0x1100u}) {
+    EXPECT_FALSE(both.Exits(msr)) << std::hex << msr;
+  }
+}
+
 }  // namespace
 }  // namespace pvemu::enforce
