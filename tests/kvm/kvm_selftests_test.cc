@@ -83,40 +83,6 @@ bool UnderNestedTcg() { return std::getenv("PVEMU_KVM_NESTED_TCG") != nullptr; }
 // At most two vCPUs (the QEMU guest has 2 CPUs; KVM_CAP_NR_VCPUS follows it).
 int TwoVcpusOrWhatKvmAllows() { return std::max(1, std::min(2, KvmRecommendedVcpus())); }
 
-// pvemu-vm on a guest with a test policy, printing the JSON summary.
-std::vector<std::string> VmArgs(const std::string& guest, const std::string& policy,
-                                std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {PvemuVmPath(), absl::StrCat("--domain=", kDomain),
-                                   "--policy=" + TestPolicyPath(policy), "--timeout=300", "-o",
-                                   "json"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(GuestPath(guest));
-  return argv;
-}
-
-// Several tests check one run of a guest: it runs once per binary.
-const VmRun& CachedRun(const std::vector<std::string>& argv) {
-  static auto* runs = new std::map<std::vector<std::string>, VmRun>;
-  auto it = runs->find(argv);
-  if (it == runs->end()) it = runs->emplace(argv, RunVmCommand(argv, /*json=*/true)).first;
-  return it->second;
-}
-
-// A run that ended by itself with status 0 and printed its summary.
-#define ASSERT_CLEAN_RUN(run)                                                    \
-  do {                                                                           \
-    ASSERT_EQ((run).status, 0) << (run).Describe();                              \
-    ASSERT_TRUE((run).summary_parsed) << "no JSON summary" << (run).Describe();  \
-  } while (0)
-
-uint64_t Count(const VmRun& run, const char* group, const char* key) {
-  std::optional<double> n = run.Number({group, key});
-  if (!n.has_value()) {
-    ADD_FAILURE() << "the summary has no number at " << group << "." << key << run.Describe();
-    return ~uint64_t{0};
-  }
-  return static_cast<uint64_t>(*n);
-}
 
 // The summary's "msrs" rows: (msr, access, action) -> count.
 struct MsrRow {
@@ -227,19 +193,7 @@ VmRun ToVmRun(const ChildProcess& vm, const Ended& ended) {
   run.status = ended.status;
   run.timed_out = ended.killed;
   run.stderr_text = vm.stderr_text();
-  std::string out = vm.stdout_text();
-  std::string body = out;
-  if (!body.empty() && body.back() == '\n') body.pop_back();
-  size_t start = body.rfind('\n');
-  start = start == std::string::npos ? 0 : start + 1;
-  if (start < body.size() && body[start] == '{') {
-    run.summary_line = body.substr(start);
-    out.resize(start);
-    run.summary_parsed =
-        google::protobuf::util::JsonStringToMessage(run.summary_line, &run.summary).ok();
-  }
-  run.console = out;
-  run.lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  SplitConsoleAndSummary(vm.stdout_text(), /*json=*/true, &run);
   return run;
 }
 
@@ -361,7 +315,7 @@ int Elements(const StringOp& op) { return 1 + 2 + 3 + kPage / op.size; }
 class KvmStringIoTest : public KvmSelftestsTest {
  protected:
   const VmRun& Run(const StringOp& op, const std::string& policy) {
-    return CachedRun(VmArgs(op.guest, "string-io-" + policy));
+    return CachedRun(VmArgs(op.guest, "string-io-" + policy, {}, kDomain, 300));
   }
 
   // What a REP INS guest prints when every element reads `element` (its
@@ -538,7 +492,7 @@ TEST_F(KvmStringIoTest, RepOutsdIsDecidedElementByElementOnEveryPort) {
 class KvmMsrIndexTest : public KvmSelftestsTest {
  protected:
   const VmRun& Run(const std::string& policy) {
-    return CachedRun(VmArgs("msr_odd_indices", policy));
+    return CachedRun(VmArgs("msr_odd_indices", policy, {}, kDomain, 300));
   }
 };
 

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -351,6 +352,25 @@ struct VmRun {
   }
 };
 
+// Splits a runner's stdout into the console and, when `json`, the summary:
+// one JSON object on stdout's last line.
+inline void SplitConsoleAndSummary(std::string out, bool json, VmRun* run) {
+  if (json) {
+    std::string body = out;
+    if (!body.empty() && body.back() == '\n') body.pop_back();
+    size_t start = body.rfind('\n');
+    start = start == std::string::npos ? 0 : start + 1;
+    if (start < body.size() && body[start] == '{') {
+      run->summary_line = body.substr(start);
+      out.resize(start);
+      run->summary_parsed =
+          google::protobuf::util::JsonStringToMessage(run->summary_line, &run->summary).ok();
+    }
+  }
+  run->console = out;
+  run->lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+}
+
 // Runs a command to its end (killing it after `limit`) and splits its stdout
 // into the console and, when `json`, the summary on the last line.
 inline VmRun RunVmCommand(const std::vector<std::string>& argv, bool json,
@@ -367,23 +387,46 @@ inline VmRun RunVmCommand(const std::vector<std::string>& argv, bool json,
   run.timed_out = child.timed_out();
   run.elapsed = child.elapsed();
   run.stderr_text = child.stderr_text();
-  std::string out = child.stdout_text();
-  if (json) {
-    // The summary is one JSON object on stdout's last line.
-    std::string body = out;
-    if (!body.empty() && body.back() == '\n') body.pop_back();
-    size_t start = body.rfind('\n');
-    start = start == std::string::npos ? 0 : start + 1;
-    if (start < body.size() && body[start] == '{') {
-      run.summary_line = body.substr(start);
-      out.resize(start);
-      run.summary_parsed =
-          google::protobuf::util::JsonStringToMessage(run.summary_line, &run.summary).ok();
-    }
-  }
-  run.console = out;
-  run.lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  SplitConsoleAndSummary(child.stdout_text(), json, &run);
   return run;
+}
+
+// pvemu-vm as domain `domain` on a guest with a test policy, printing the
+// JSON summary.
+inline std::vector<std::string> VmArgs(const std::string& guest, const std::string& policy,
+                                       std::vector<std::string> extra = {}, int domain = 1,
+                                       int timeout_seconds = 120) {
+  std::vector<std::string> argv = {PvemuVmPath(), absl::StrCat("--domain=", domain),
+                                   "--policy=" + TestPolicyPath(policy),
+                                   absl::StrCat("--timeout=", timeout_seconds), "-o", "json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(GuestPath(guest));
+  return argv;
+}
+
+// Several tests check one run of a guest: it runs once per binary.
+inline const VmRun& CachedRun(const std::vector<std::string>& argv) {
+  static auto* runs = new std::map<std::vector<std::string>, VmRun>;
+  auto it = runs->find(argv);
+  if (it == runs->end()) it = runs->emplace(argv, RunVmCommand(argv, /*json=*/true)).first;
+  return it->second;
+}
+
+// A run that ended by itself with status 0 and printed its summary.
+#define ASSERT_CLEAN_RUN(run)                                                    \
+  do {                                                                           \
+    ASSERT_EQ((run).status, 0) << (run).Describe();                              \
+    ASSERT_TRUE((run).summary_parsed) << "no JSON summary" << (run).Describe();  \
+  } while (0)
+
+// The summary's number at group.key (a failure, and ~0, if it has none).
+inline uint64_t Count(const VmRun& run, const char* group, const char* key) {
+  std::optional<double> n = run.Number({group, key});
+  if (!n.has_value()) {
+    ADD_FAILURE() << "the summary has no number at " << group << "." << key << run.Describe();
+    return ~uint64_t{0};
+  }
+  return static_cast<uint64_t>(*n);
 }
 
 }  // namespace pvemu::testing

@@ -53,40 +53,6 @@ constexpr int kDomain = 1;
 
 std::string Hex64(uint64_t value) { return absl::StrFormat("0x%016x", value); }
 
-// pvemu-vm on a guest with a test policy, printing the JSON summary.
-std::vector<std::string> VmArgs(const std::string& guest, const std::string& policy,
-                                std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {PvemuVmPath(), absl::StrCat("--domain=", kDomain),
-                                   "--policy=" + TestPolicyPath(policy), "--timeout=120", "-o",
-                                   "json"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.push_back(GuestPath(guest));
-  return argv;
-}
-
-// Several tests check one run of a guest: it runs once per binary.
-const VmRun& CachedRun(const std::vector<std::string>& argv) {
-  static auto* runs = new std::map<std::vector<std::string>, VmRun>;
-  auto it = runs->find(argv);
-  if (it == runs->end()) it = runs->emplace(argv, RunVmCommand(argv, /*json=*/true)).first;
-  return it->second;
-}
-
-// A run that ended by itself with status 0 and printed its summary.
-#define ASSERT_CLEAN_RUN(run)                                            \
-  do {                                                                   \
-    ASSERT_EQ((run).status, 0) << (run).Describe();                      \
-    ASSERT_TRUE((run).summary_parsed) << "no JSON summary" << (run).Describe(); \
-  } while (0)
-
-uint64_t Count(const VmRun& run, const char* group, const char* key) {
-  std::optional<double> n = run.Number({group, key});
-  if (!n.has_value()) {
-    ADD_FAILURE() << "the summary has no number at " << group << "." << key << run.Describe();
-    return ~uint64_t{0};
-  }
-  return static_cast<uint64_t>(*n);
-}
 
 v1::HostProfile DefaultSimProfile() {
   v1::HostProfile profile;
