@@ -60,6 +60,22 @@ constexpr int kScrapes = 20;
 // glibc arenas rounding up, the exposition text of the scrapes. 8 MiB is
 // over ten times these.
 constexpr int64_t kSlackBytes = 8 << 20;
+// Under AddressSanitizer the process's resident memory says nothing about
+// the server's: freed blocks stay resident in ASan's quarantine (256 MiB by
+// default) and every allocation carries redzones and shadow. There the
+// tests keep their functional checks (every scrape answers) and print the
+// growth; the bound is checked by the plain build (scripts/test).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kResidentMemoryMeasurable = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kResidentMemoryMeasurable = false;
+#else
+constexpr bool kResidentMemoryMeasurable = true;
+#endif
+#else
+constexpr bool kResidentMemoryMeasurable = true;
+#endif
 
 double Since(Clock::time_point start) { return Seconds(Clock::now() - start).count(); }
 
@@ -552,8 +568,10 @@ TEST_F(IdlePeersTest, ThousandIdlePeersLeaveScrapesAnsweringAndMemoryBounded) {
   ScrapeWhileHeld();
   const int64_t grown = ResidentBytes() - rss_before;
   const int64_t bound = int64_t{kPeers} * MetricsHttpLimits::kConnectionMemoryBytes + kSlackBytes;
-  EXPECT_LT(grown, bound) << "VmRSS grew by " << grown << " bytes with " << kPeers
-                          << " idle peers held; the bound is " << bound;
+  if (kResidentMemoryMeasurable) {
+    EXPECT_LT(grown, bound) << "VmRSS grew by " << grown << " bytes with " << kPeers
+                            << " idle peers held; the bound is " << bound;
+  }
   std::printf("VmRSS grew by %.1f MiB with %d idle peers held (bound %.1f MiB)\n",
               static_cast<double>(grown) / (1 << 20), kPeers,
               static_cast<double>(bound) / (1 << 20));
@@ -572,8 +590,10 @@ TEST_F(IdlePeersTest, ThousandPeersStalledInTheirHeadersStayWithinTheMemoryLimit
   ScrapeWhileHeld();
   const int64_t grown = ResidentBytes() - rss_before;
   const int64_t bound = int64_t{kPeers} * MetricsHttpLimits::kConnectionMemoryBytes + kSlackBytes;
-  EXPECT_LT(grown, bound) << "VmRSS grew by " << grown << " bytes with " << kPeers
-                          << " stalled peers held; the bound is " << bound;
+  if (kResidentMemoryMeasurable) {
+    EXPECT_LT(grown, bound) << "VmRSS grew by " << grown << " bytes with " << kPeers
+                            << " stalled peers held; the bound is " << bound;
+  }
   std::printf("VmRSS grew by %.1f MiB with %d stalled peers held (bound %.1f MiB)\n",
               static_cast<double>(grown) / (1 << 20), kPeers,
               static_cast<double>(bound) / (1 << 20));
