@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pvemu_kvm.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace {
 
@@ -556,27 +557,7 @@ constexpr const char* kServers[] = {nullptr, "",
 
 // ---------------------------------------------------------------------------
 // The input and the state of one run.
-
-// Reads fields from the input, little-endian; zeros once it runs out.
-class Input {
- public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool empty() const { return pos_ >= size_; }
-  uint8_t U8() { return pos_ < size_ ? data_[pos_++] : 0; }
-  uint64_t Bytes(int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= uint64_t{U8()} << (8 * i);
-    return v;
-  }
-  uint16_t U16() { return static_cast<uint16_t>(Bytes(2)); }
-  uint32_t U32() { return static_cast<uint32_t>(Bytes(4)); }
-  uint64_t U64() { return Bytes(8); }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
+using Input = pvemu::fuzz::FuzzInput;
 
 struct Counts {
   uint64_t rdmsr = 0, wrmsr = 0, io = 0, completed = 0, exceptions = 0,

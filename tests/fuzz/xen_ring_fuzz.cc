@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "tests/fuzz/fuzz_input.h"
 #include "absl/status/status.h"
 #include "dispatch/dispatch.h"
 #include "emulator/trap.h"
@@ -84,36 +85,7 @@ void RequireOk(const absl::Status& status, const char* what) {
   }
 }
 
-// Reads fields from the input; zeros once it runs out.
-class Input {
- public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool empty() const { return pos_ >= size_; }
-  uint8_t U8() { return pos_ < size_ ? data_[pos_++] : 0; }
-  uint16_t U16() {
-    const uint8_t low = U8();
-    return static_cast<uint16_t>(low | U8() << 8);
-  }
-  uint32_t U32() {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= uint32_t{U8()} << (8 * i);
-    return v;
-  }
-  uint64_t U64() {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{U8()} << (8 * i);
-    return v;
-  }
-  void Bytes(void* out, size_t n) {
-    auto* p = static_cast<uint8_t*>(out);
-    for (size_t i = 0; i < n; ++i) p[i] = U8();
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
+using Input = pvemu::fuzz::FuzzInput;
 
 // xen_vm_event_libxc.cc's ModeOf.
 emulator::Mode ModeOf(const vm_event_regs_x86& r) {
