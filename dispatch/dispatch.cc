@@ -451,7 +451,7 @@ ABSL_ATTRIBUTE_NOINLINE void StopFirstAccessLog(const std::function<void(absl::s
     state.stopped = true;
     logged = state.logged.size();
   }
-  log(absl::StrFormat("further first accesses not logged (%zu logged): %s", logged, why));
+  log(absl::StrFormat("%s (%zu logged): %s", DispatchOptions::kFirstAccessLogStopped, logged, why));
 }
 
 // Logs, once per process, the first access of (domain, MSR, access) that a
@@ -469,17 +469,18 @@ ABSL_ATTRIBUTE_NOINLINE void LogFirstAccess(const std::function<void(absl::strin
   if (!unknown && action != MsrAction::kGp) return;
   if (!log) return;
   FirstAccessLog& state = TheFirstAccessLog();
+  bool at_bound = false;
   {
     absl::MutexLock lock(&state.mu);
     if (state.stopped) return;
     const uint64_t key = uint64_t{domain} << 33 | uint64_t{msr} << 1 | uint64_t{write};
     if (state.logged.contains(key)) return;
-    if (state.logged.size() == kMaxFirstAccessLogs) {
-      state.stopped = true;
-      log(absl::StrFormat("further first accesses not logged (%zu logged)", kMaxFirstAccessLogs));
-      return;
-    }
-    state.logged.insert(key);
+    at_bound = state.logged.size() == kMaxFirstAccessLogs;
+    if (!at_bound) state.logged.insert(key);
+  }
+  if (at_bound) {
+    StopFirstAccessLog(log, "the process logs at most that many");
+    return;
   }
   std::string rule = "unknown_msr";
   if (!unknown) {

@@ -55,6 +55,9 @@ struct DispatchOptions {
   // prints them as "pvemud: ..."). Null: not reported. Called off the fast
   // path, at most once per (domain, MSR, access) and process.
   std::function<void(absl::string_view line)> log;
+  // How the one line that says the first-access log stopped begins: a
+  // trap source that caps its lines must never drop that one.
+  static constexpr absl::string_view kFirstAccessLogStopped = "further first accesses not logged";
 };
 
 // One access a learning domain made that its policy in ENFORCE would fault

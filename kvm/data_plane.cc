@@ -423,7 +423,7 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
       absl::MutexLock lock(&raw->log_mu_);
       // The line that says the log stopped is never among those dropped.
       if (raw->log_.size() < kMaxLogLines ||
-          absl::StartsWith(line, "further first accesses not logged")) {
+          absl::StartsWith(line, dispatch::DispatchOptions::kFirstAccessLogStopped)) {
         raw->log_.emplace_back(line);
       } else {
         ++raw->log_dropped_;
