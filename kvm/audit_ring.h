@@ -33,10 +33,6 @@ class AuditRing final : public dispatch::TrapObserver {
   // the numbers dropped since the last Drain (events_dropped: audited
   // traps; unknown_events_dropped: unknown-MSR accesses).
   void Drain(v1::KvmTrapBatch* batch);
-  uint64_t dropped() const {
-    return dropped_.load(std::memory_order_relaxed) +
-           dropped_unknown_.load(std::memory_order_relaxed);
-  }
 
  private:
   struct Event {

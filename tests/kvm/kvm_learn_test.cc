@@ -137,6 +137,20 @@ class KvmLearnTest : public ::testing::Test {
     EXPECT_EQ(same.status, 0) << same.out << same.err;
   }
 
+  // pvemud on the base policy, answering on a socket in dir_; *server is
+  // pvemuctl's and pvemu-vm's --server flag for it.
+  void StartDaemon(ChildProcess* daemon, std::string* server) {
+    const std::string socket = dir_ + "/pvemu.sock";
+    ASSERT_TRUE(daemon->Start({PvemudPath(), "--listen=unix:" + socket,
+                               "--state-dir=" + dir_ + "/state", "--policy=" + base_}))
+        << daemon->stderr_text();
+    auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                          std::chrono::seconds(30)))
+        << daemon->stderr_text();
+    *server = "--server=unix:" + socket;
+  }
+
   std::string dir_, base_, learning_;
 };
 
@@ -152,15 +166,8 @@ TEST_F(KvmLearnTest, StandaloneLearnThenEnforceGivesTheGuestWhatItSawWhileLearni
 
 TEST_F(KvmLearnTest, SubscribedToPvemudSwitchedToLearnWithSetMode) {
   ChildProcess daemon;
-  const std::string socket = dir_ + "/pvemu.sock";
-  ASSERT_TRUE(daemon.Start({PvemudPath(), "--listen=unix:" + socket,
-                            "--state-dir=" + dir_ + "/state", "--policy=" + base_}))
-      << daemon.stderr_text();
-  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
-  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                        std::chrono::seconds(30)))
-      << daemon.stderr_text();
-  const std::string server = "--server=unix:" + socket;
+  std::string server;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(&daemon, &server));
   const CtlRun learn = Ctl({server, "policy", "set-mode", "--domain=1", "learn"});
   ASSERT_EQ(learn.status, 0) << learn.out << learn.err;
   const std::string capture = dir_ + "/learn.traps";
@@ -183,15 +190,8 @@ TEST_F(KvmLearnTest, SubscribedToPvemudSwitchedToLearnWithSetMode) {
 // learned records, each with the guest RIP of its first access.
 TEST_F(KvmLearnTest, SubscribedGuestSwitchedToLearnWhileItRunsStopsFaultingAtItsNextTrap) {
   ChildProcess daemon;
-  const std::string socket = dir_ + "/pvemu.sock";
-  ASSERT_TRUE(daemon.Start({PvemudPath(), "--listen=unix:" + socket,
-                            "--state-dir=" + dir_ + "/state", "--policy=" + base_}))
-      << daemon.stderr_text();
-  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
-  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                        std::chrono::seconds(30)))
-      << daemon.stderr_text();
-  const std::string server = "--server=unix:" + socket;
+  std::string server;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(&daemon, &server));
   ChildProcess vm;
   ASSERT_TRUE(vm.Start({PvemuVmPath(), absl::StrCat("--domain=", kDomain), server,
                         "--timeout=120", GuestPath("learn_switch")}))

@@ -66,13 +66,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 
-// The summary's keys (docs/CLI.md, pvemu-vm's "Statistics").
-constexpr const char* kExits = "exits";
-constexpr const char* kOutcomes = "outcomes";
-constexpr const char* kCompleted = "completed";
-constexpr const char* kException = "exception";
-constexpr const char* kDevice = "device";
-
 constexpr int kDomain = 1;
 
 // Inside run-in-kvm-vm.sh's QEMU guest every exit is emulated in software

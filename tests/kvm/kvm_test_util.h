@@ -391,6 +391,13 @@ inline VmRun RunVmCommand(const std::vector<std::string>& argv, bool json,
   return run;
 }
 
+// The summary's keys (docs/CLI.md, pvemu-vm's "Statistics").
+inline constexpr const char* kExits = "exits";
+inline constexpr const char* kOutcomes = "outcomes";
+inline constexpr const char* kCompleted = "completed";
+inline constexpr const char* kException = "exception";
+inline constexpr const char* kDevice = "device";
+
 // pvemu-vm as domain `domain` on a guest with a test policy, printing the
 // JSON summary.
 inline std::vector<std::string> VmArgs(const std::string& guest, const std::string& policy,

@@ -41,13 +41,6 @@ using ::testing::MatchesRegex;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-// The summary's keys (docs/CLI.md, pvemu-vm's "Statistics").
-constexpr const char* kExits = "exits";
-constexpr const char* kOutcomes = "outcomes";
-constexpr const char* kCompleted = "completed";
-constexpr const char* kException = "exception";
-constexpr const char* kDevice = "device";
-
 // The domain every test runs as; msr-actions.textproto has a layer for it.
 constexpr int kDomain = 1;
 
