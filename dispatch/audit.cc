@@ -77,10 +77,11 @@ void AuditHub::Shutdown() {
 void AuditHub::Deliver(v1::AuditEvent event) {
   event.set_sequence(++sequence_);
   event.set_unix_nanos(absl::ToUnixNanos(absl::Now()));
+  const size_t limit = std::max(kQueueFloor, kQueueBudget / std::max<size_t>(subs_.size(), 1));
   for (auto& sub : subs_) {
     if (!sub->Wants(event)) continue;
     absl::MutexLock sub_lock(&sub->mu_);
-    if (event.has_trap() && sub->queue_.size() >= kQueueLimit) {
+    if (event.has_trap() && sub->queue_.size() >= limit) {
       ++sub->dropped_;  // a slow watcher loses trap events, never edits
       ++dropped_;
       continue;

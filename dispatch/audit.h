@@ -48,9 +48,13 @@ class AuditSubscription {
 
 class AuditHub final : public TrapObserver {
  public:
-  // Events a subscriber may have waiting before trap events are dropped
-  // (edits are never dropped).
-  static constexpr size_t kQueueLimit = 1 << 16;
+  // Trap events all subscribers together may have waiting: each may hold its
+  // share, kQueueBudget / subscribers, but at least kQueueFloor; beyond it a
+  // slow watcher loses trap events (edits are never dropped). Without a
+  // shared budget, every stream a reader opens (server/auth.h caps them per
+  // peer) would add its own 65,536 events, about 10 MiB.
+  static constexpr size_t kQueueBudget = 1 << 18;
+  static constexpr size_t kQueueFloor = 1 << 10;
   // At most one unknown-MSR event per (domain, MSR) per this interval.
   static constexpr absl::Duration kUnknownMsrInterval = absl::Seconds(1);
 

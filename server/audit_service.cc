@@ -11,6 +11,7 @@ grpc::Status AuditServiceImpl::Watch(grpc::ServerContext* context,
                                      const v1::WatchRequest* request,
                                      grpc::ServerWriter<v1::AuditEvent>* writer) {
   REQUIRE_ROLE(Role::kReader, "reading");
+  HOLD_STREAM(hold, "Watch");
   std::shared_ptr<dispatch::AuditSubscription> sub = hub_.Subscribe(*request);
   // Tell the client the stream is live before the first event, so a watcher
   // started just before an edit does not miss it.

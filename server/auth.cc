@@ -94,6 +94,26 @@ std::string Authorizer::Describe(const grpc::ServerContext& context) const {
   return absl::StrCat("tls:", context.peer());
 }
 
+std::string Authorizer::PeerKey(const grpc::ServerContext& context) const {
+  PeerCred cred;
+  if (peers_ != nullptr && peers_->Lookup(context.peer(), &cred)) {
+    return absl::StrCat("uid ", cred.uid);
+  }
+  auto auth = context.auth_context();
+  if (auth != nullptr) {
+    std::vector<grpc::string_ref> names = auth->GetPeerIdentity();
+    if (!names.empty()) {
+      return absl::StrCat("TLS client ", absl::string_view(names.front().data(), names.front().size()));
+    }
+  }
+  return absl::StrCat("TLS peer ", context.peer());
+}
+
+absl::StatusOr<StreamHold> Authorizer::HoldStream(const grpc::ServerContext& context,
+                                                  absl::string_view rpc) const {
+  return streams_.Admit(PeerKey(context), rpc);
+}
+
 pid_t Authorizer::PeerPid(const grpc::ServerContext& context) const {
   PeerCred cred;
   if (peers_ != nullptr && peers_->Lookup(context.peer(), &cred)) return cred.pid;

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/peer_limits.h"
 
 namespace grpc {
 class ServerContext;
@@ -59,19 +60,31 @@ class PeerTable {
 // Decides roles. Root is always an editor; editors may also read.
 class Authorizer {
  public:
-  Authorizer(const PeerTable* peers, AllowList readers, AllowList editors)
-      : peers_(peers), readers_(std::move(readers)), editors_(std::move(editors)) {}
+  Authorizer(const PeerTable* peers, AllowList readers, AllowList editors,
+             int max_streams_per_peer = PeerStreamLimit::kDefault)
+      : peers_(peers),
+        readers_(std::move(readers)),
+        editors_(std::move(editors)),
+        streams_(max_streams_per_peer) {}
 
   Role RoleOf(const grpc::ServerContext& context) const;
   // "uid=0 gid=0 pid=12" or "tls:ipv4:127.0.0.1:5000" for audit records.
   std::string Describe(const grpc::ServerContext& context) const;
   // The peer's process, for a Unix-socket peer (0 for TLS peers).
   pid_t PeerPid(const grpc::ServerContext& context) const;
+  // Who the stream limit counts against: "uid N" for a Unix-socket peer,
+  // "TLS client CN" for a certificate (its address if it names nobody).
+  std::string PeerKey(const grpc::ServerContext& context) const;
+  // The first line of a long-lived stream after the role check: one place
+  // among the peer's --max-streams-per-peer, held until the stream ends.
+  absl::StatusOr<StreamHold> HoldStream(const grpc::ServerContext& context,
+                                        absl::string_view rpc) const;
 
  private:
   const PeerTable* peers_;
   AllowList readers_;
   AllowList editors_;
+  mutable PeerStreamLimit streams_;
 };
 
 }  // namespace pvemu::server

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -44,6 +46,10 @@
 
 namespace pvemu::server {
 namespace {
+
+// The fewest threads the gRPC server may run for calls, whatever
+// --max-streams-per-peer says (StartServer).
+constexpr int kMinRpcThreads = 1024;
 
 // Lists Xen's live domains for `pvemuctl domains`.
 LiveDomainsFn XenDomains(hosts::XenHost* xen) {
@@ -331,6 +337,13 @@ absl::Status DaemonImpl::StartServer(const DaemonOptions& options, const Listeni
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // A sync server spends a thread on every open call. Streams are capped per
+  // peer (--max-streams-per-peer); this caps them all together, so that
+  // many peers cannot exhaust the process: past it gRPC answers new calls
+  // RESOURCE_EXHAUSTED instead of starting a thread.
+  grpc::ResourceQuota quota("pvemud");
+  quota.SetMaxThreads(std::max(kMinRpcThreads, 2 * options.max_streams_per_peer + 64));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.RegisterService(policy_service_.get());
   builder.RegisterService(emulator_service_.get());
@@ -381,12 +394,18 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   host_writes_ = options.allow_host_writes;
   ASSIGN_OR_RETURN(const Listening listening, CheckListening(options));
   if (!options.metrics.empty()) RETURN_IF_ERROR(ParseMetricsAddress(options.metrics).status());
+  if (options.max_message_bytes < 1024 || options.max_streams_per_peer < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-message-bytes (", options.max_message_bytes, ") must be at least 1024 and "
+        "--max-streams-per-peer (", options.max_streams_per_peer, ") at least 1"));
+  }
   ASSIGN_OR_RETURN(AllowList readers, ParseAllowList(options.readers, "readers"));
   ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));
   RETURN_IF_ERROR(OpenBackend(options));
   RETURN_IF_ERROR(OpenStore(options, warnings));
   RETURN_IF_ERROR(StartDispatch(options));
-  auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors));
+  auth_ = std::make_unique<Authorizer>(&peers_, std::move(readers), std::move(editors),
+                                       options.max_streams_per_peer);
   CreateServices(options);
   RETURN_IF_ERROR(StartServer(options, listening));
   return StartMonitors(options);

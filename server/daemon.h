@@ -28,6 +28,9 @@ struct DaemonOptions {
   std::string tls_cert, tls_key, tls_client_ca;  // TCP listening
   unsigned socket_mode = 0660;
   int max_message_bytes = 4 << 20;   // requests larger than this are refused
+  // Long-lived streams (Watch, EmulateStream, SubscribePolicy, ReportTraps)
+  // one peer may hold open at once (server/peer_limits.h).
+  int max_streams_per_peer = 256;
   std::string capture;               // record every trap to this trap log ("" = off)
   // Serve GET /metrics (Prometheus text format) on HOST:PORT ("" = off).
   std::string metrics;

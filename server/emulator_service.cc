@@ -48,6 +48,7 @@ absl::Status HandleOne(dispatch::Dispatcher::Session& session, const v1::Trap& r
 grpc::Status EmulatorServiceImpl::Emulate(grpc::ServerContext* context, const v1::Trap* request,
                                           v1::Outcome* response) {
   REQUIRE_ROLE(Role::kEditor, "emulating");
+  HOLD_STREAM(hold, "EmulateStream");
   std::unique_ptr<dispatch::Dispatcher::Session> session = Borrow();
   absl::Status status = HandleOne(*session, *request, response);
   Return(std::move(session));
@@ -57,6 +58,7 @@ grpc::Status EmulatorServiceImpl::Emulate(grpc::ServerContext* context, const v1
 grpc::Status EmulatorServiceImpl::EmulateStream(
     grpc::ServerContext* context, grpc::ServerReaderWriter<v1::Outcome, v1::Trap>* stream) {
   REQUIRE_ROLE(Role::kEditor, "emulating");
+  HOLD_STREAM(hold, "EmulateStream");
   std::unique_ptr<dispatch::Dispatcher::Session> session = dispatcher_.NewSession();
   v1::Trap request;
   v1::Outcome response;

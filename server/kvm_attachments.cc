@@ -1,9 +1,13 @@
 #include "server/kvm_attachments.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <optional>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "dispatch/trap_counts.h"
 
 namespace pvemu::server {
@@ -20,8 +24,27 @@ void KvmAttachments::Detach(uint64_t key) {
   by_key_.erase(key);
 }
 
-void KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
+absl::Status KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
   absl::MutexLock lock(&mu_);
+  if (batch.cumulative() && !batch.last() && live_.size() >= kMaxLive &&
+      !live_.contains({pid, batch.domain()})) {
+    // Full: a data plane whose process is gone (it died before its last
+    // batch) has its final counts here; they move to the ended VMs' sums.
+    for (auto it = live_.begin(); it != live_.end();) {
+      if (kill(static_cast<pid_t>(it->first.first), 0) != 0 && errno == ESRCH) {
+        ended_.Add(it->second);
+        it = live_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (batch.cumulative() && !batch.last() && live_.size() >= kMaxLive &&
+      !live_.contains({pid, batch.domain()})) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pid ", pid, " reports domain ", batch.domain(), " while ", live_.size(),
+        " KVM data planes already report to pvemud, its limit; the batch is not counted"));
+  }
   // The batch comes on its own stream: find the subscription of the same
   // process and domain to show what it applies.
   for (auto& [key, a] : by_key_) {
@@ -36,7 +59,7 @@ void KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
     counts_.completed += batch.completed();
     counts_.exceptions += batch.exceptions();
     counts_.device_io += batch.device_io();
-    return;
+    return absl::OkStatus();
   }
   Reported r;
   r.counts = Counts{batch.traps(), batch.completed(), batch.exceptions(), batch.device_io()};
@@ -45,16 +68,18 @@ void KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
     const std::optional<int> insn = dispatch::InstructionFromLabel(k.instruction());
     const std::optional<emulator::OutcomeKind> outcome = dispatch::OutcomeFromLabel(k.outcome());
     if (!insn.has_value() || !outcome.has_value()) continue;  // a newer data plane's label
+    if (r.kinds.size() >= kMaxSeries) break;
     r.kinds[{domain, *insn, *outcome}] += k.count();
   }
   for (const v1::KvmMsrCount& m : batch.msrs()) {
     const std::optional<dispatch::MsrAction> action = dispatch::MsrActionFromName(m.action());
     if (!action.has_value()) continue;
-    r.msrs[{domain, m.msr_other() ? 0 : m.msr(), m.msr_other(), m.write(), *action}] += m.count();
+    r.AddMsr({domain, m.msr_other() ? 0 : m.msr(), m.msr_other(), m.write(), *action}, m.count());
   }
   for (const v1::LearnedAccess& l : batch.learned()) {
     const std::optional<int> insn = dispatch::InstructionFromLabel(l.instruction());
     if (!insn.has_value()) continue;
+    if (r.learned.size() >= kMaxSeries) break;
     dispatch::LearnedAccess a;
     a.domain = l.domain();
     a.insn = static_cast<emulator::InsnKind>(*insn);
@@ -75,6 +100,20 @@ void KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
   } else {
     live_[key] = std::move(r);
   }
+  return absl::OkStatus();
+}
+
+void KvmAttachments::Reported::AddMsr(
+    const std::tuple<uint32_t, uint32_t, bool, bool, dispatch::MsrAction>& key, uint64_t n) {
+  auto it = msrs.find(key);
+  if (it != msrs.end()) {
+    it->second += n;
+  } else if (msrs.size() < kMaxSeries) {
+    msrs.emplace(key, n);
+  } else {
+    const auto& [domain, msr, other, write, action] = key;
+    msrs[{domain, 0, true, write, action}] += n;
+  }
 }
 
 void KvmAttachments::Reported::Add(const Reported& other) {
@@ -82,9 +121,12 @@ void KvmAttachments::Reported::Add(const Reported& other) {
   counts.completed += other.counts.completed;
   counts.exceptions += other.counts.exceptions;
   counts.device_io += other.counts.device_io;
-  for (const auto& [k, n] : other.kinds) kinds[k] += n;
-  for (const auto& [k, n] : other.msrs) msrs[k] += n;
+  for (const auto& [k, n] : other.kinds) {
+    if (kinds.size() < kMaxSeries || kinds.contains(k)) kinds[k] += n;
+  }
+  for (const auto& [k, n] : other.msrs) AddMsr(k, n);
   for (const auto& [k, a] : other.learned) {
+    if (learned.size() >= kMaxSeries && !learned.contains(k)) continue;
     auto [it, inserted] = learned.emplace(k, a);
     if (!inserted) it->second.count += a.count;
   }

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dispatch/dispatch.h"
@@ -36,10 +37,20 @@ class KvmAttachments {
   // A policy subscription began; returns its key for Detach.
   uint64_t Attach(uint32_t domain, uint32_t pid, uint32_t vcpus);
   void Detach(uint64_t key);
+  // Series one table of reported counts keeps (per live data plane, and the
+  // ended VMs' sums): an MSR past it counts under its domain's "other" MSR,
+  // as a data plane's own overflow does; an instruction or learned access
+  // past it is not kept. A data plane keeps at most 8192 named MSRs, so
+  // only a reporter that lies reaches it.
+  static constexpr size_t kMaxSeries = 1 << 16;
+  // Data planes reporting at once, by (pid, domain).
+  static constexpr size_t kMaxLive = 4096;
+
   // A batch from the data plane of `domain` in process `pid`. A cumulative
   // batch replaces what that data plane reported before; its last one
-  // moves its counts to the ended VMs' sums.
-  void Report(uint32_t pid, const v1::KvmTrapBatch& batch);
+  // moves its counts to the ended VMs' sums. ResourceExhausted, changing
+  // nothing, for a new (pid, domain) past kMaxLive.
+  absl::Status Report(uint32_t pid, const v1::KvmTrapBatch& batch);
   std::vector<Attachment> List() const;  // by domain, then pid
   Counts counts() const;
   // Every KVM VM's traps by (domain, instruction, outcome) and MSR accesses
@@ -70,6 +81,8 @@ class KvmAttachments {
     std::map<std::tuple<uint32_t, uint32_t, bool, bool, dispatch::MsrAction>, uint64_t> msrs;
     std::map<std::tuple<uint32_t, int, uint32_t, uint8_t>, dispatch::LearnedAccess> learned;
     void Add(const Reported& other);
+    void AddMsr(const std::tuple<uint32_t, uint32_t, bool, bool, dispatch::MsrAction>& key,
+                uint64_t n);
   };
   std::map<std::pair<uint32_t, uint32_t>, Reported> live_ ABSL_GUARDED_BY(mu_);
   Reported ended_ ABSL_GUARDED_BY(mu_);

@@ -6,11 +6,20 @@
 #include "server/rpc_common.h"
 
 namespace pvemu::server {
+namespace {
+
+// Lines of a VM's log one ReportTraps stream may put in pvemud's: a data
+// plane stops its first-access log at 4096 lines and says so, so an honest
+// one stays well under this.
+constexpr uint64_t kMaxLogLinesPerReport = 16384;
+
+}  // namespace
 
 grpc::Status KvmServiceImpl::SubscribePolicy(grpc::ServerContext* context,
                                              const v1::SubscribePolicyRequest* request,
                                              grpc::ServerWriter<v1::PolicyUpdate>* writer) {
   REQUIRE_ROLE(Role::kReader, "reading");
+  HOLD_STREAM(hold, "SubscribePolicy");
   const uint64_t key =
       attachments_.Attach(request->domain(), static_cast<uint32_t>(auth_.PeerPid(*context)),
                           request->vcpus());
@@ -37,10 +46,14 @@ grpc::Status KvmServiceImpl::ReportTraps(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::KvmTrapBatch>* reader,
                                          v1::KvmReportResponse*) {
   REQUIRE_ROLE(Role::kEditor, "editing");
+  HOLD_STREAM(hold, "ReportTraps");
   const uint32_t pid = static_cast<uint32_t>(auth_.PeerPid(*context));
   v1::KvmTrapBatch batch;
+  uint64_t logged = 0;
   while (reader->Read(&batch)) {
-    attachments_.Report(pid, batch);
+    if (absl::Status reported = attachments_.Report(pid, batch); !reported.ok()) {
+      return ToGrpc(reported);
+    }
     if (batch.events_dropped() != 0 || batch.unknown_events_dropped() != 0) {
       audit_.CountLost(batch.events_dropped(), batch.unknown_events_dropped());
     }
@@ -48,9 +61,18 @@ grpc::Status KvmServiceImpl::ReportTraps(grpc::ServerContext* context,
       audit_.PublishTrap(event, event.reason() == "unknown-msr");
     }
     // The VM's first accesses and learning lines, in pvemud's log with the
-    // daemon's own, naming the process that decided them.
+    // daemon's own, naming the process that decided them; a data plane caps
+    // its own, and pvemud caps what one stream may print whatever it sends.
     for (const std::string& line : batch.log()) {
-      std::fprintf(stderr, "pvemud: kvm pid %u: %s\n", pid, line.c_str());
+      if (logged < kMaxLogLinesPerReport) {
+        std::fprintf(stderr, "pvemud: kvm pid %u: %s\n", pid, line.c_str());
+      } else if (logged == kMaxLogLinesPerReport) {
+        std::fprintf(stderr,
+                     "pvemud: kvm pid %u: more than %llu log lines on one ReportTraps stream; "
+                     "the rest of this stream's lines are not logged (its counts go on)\n",
+                     pid, static_cast<unsigned long long>(kMaxLogLinesPerReport));
+      }
+      ++logged;
     }
   }
   return grpc::Status::OK;

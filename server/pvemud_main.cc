@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, fleet_ca, "",
 ABSL_FLAG(std::string, fleet_cert, "", "fleet mode: client certificate for etcd (PEM)");
 ABSL_FLAG(std::string, fleet_key, "", "fleet mode: the client certificate's key (PEM)");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted (bytes)");
+ABSL_FLAG(int, max_streams_per_peer, 256,
+          "long-lived streams (watch, emulate --stream, a KVM VM's subscription and report) one "
+          "uid or TLS client may hold open at once");
 
 namespace {
 
@@ -168,6 +171,7 @@ absl::StatusOr<pvemu::server::DaemonOptions> OptionsFromFlags() {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);
   options.capture = absl::GetFlag(FLAGS_capture);
   options.metrics = absl::GetFlag(FLAGS_metrics);
   options.count_msrs = absl::GetFlag(FLAGS_count_msrs);

@@ -33,6 +33,13 @@ bool Allowed(const Authorizer& auth, const grpc::ServerContext& context, bool ed
     }                                                                            \
   } while (0)
 
+// After REQUIRE_ROLE in a long-lived stream: declares `hold_name`, this
+// stream's place among the peer's --max-streams-per-peer, or returns
+// RESOURCE_EXHAUSTED naming the peer and the limit.
+#define HOLD_STREAM(hold_name, rpc)                                    \
+  auto hold_name = auth_.HoldStream(*context, rpc);                    \
+  if (!hold_name.ok()) return ::pvemu::server::ToGrpc(hold_name.status())
+
 }  // namespace pvemu::server
 
 #endif  // PVEMU_SERVER_RPC_COMMON_H_

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "server/metrics_http.h"
+#include "tests/sanitizers.h"
 #include "tests/server/daemon_fixture.h"
 #include "tests/server/metrics_helpers.h"
 
@@ -65,17 +66,7 @@ constexpr int64_t kSlackBytes = 8 << 20;
 // default) and every allocation carries redzones and shadow. There the
 // tests keep their functional checks (every scrape answers) and print the
 // growth; the bound is checked by the plain build (scripts/test).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kResidentMemoryMeasurable = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kResidentMemoryMeasurable = false;
-#else
-constexpr bool kResidentMemoryMeasurable = true;
-#endif
-#else
-constexpr bool kResidentMemoryMeasurable = true;
-#endif
+constexpr bool kResidentMemoryMeasurable = !kUnderAddressSanitizer;
 
 double Since(Clock::time_point start) { return Seconds(Clock::now() - start).count(); }
 
