@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -31,6 +33,18 @@ absl::Status NotWritten(const absl::Status& why, const std::string& key) {
       "; nothing was written (etcd takes an edit only with a quorum of its members; "
       "check the cluster with `etcdctl endpoint health`). Traps are still answered on "
       "the last good policy"));
+}
+
+// etcd refused a request for its size, before it reached the cluster's
+// log, so nothing was written: its own check, above --max-request-bytes
+// (INVALID_ARGUMENT "etcdserver: request is too large"), or its gRPC
+// server's, above --max-request-bytes + 512 KiB (RESOURCE_EXHAUSTED "grpc:
+// received message larger than max").
+bool TooLargeForEtcd(const absl::Status& status) {
+  return (absl::IsInvalidArgument(status) &&
+          absl::StrContains(status.message(), "request is too large")) ||
+         (absl::IsResourceExhausted(status) &&
+          absl::StrContains(status.message(), "larger than max"));
 }
 
 v1::Layer* TargetLayer(v1::Policy* policy, const LevelEdit& edit) {
@@ -178,6 +192,16 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   absl::StatusOr<etcdserverpb::TxnResponse> done = etcd_.Txn(txn, kTxnTimeout);
   const absl::Time committed_at = absl::Now();
   if (!done.ok()) {
+    if (TooLargeForEtcd(done.status())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the new value of %s is %d bytes (%.2f MiB), more than etcd takes in one "
+          "request (%s): etcd refuses a request larger than its --max-request-bytes, 1.5 MiB "
+          "unless its members were started with more; nothing was written. Split the layer "
+          "(move rules to class or host layers, or a domain's rules to its overlay, "
+          "--layer=host:ID/domain:N), or raise --max-request-bytes on every etcd member",
+          key, value.size(), static_cast<double>(value.size()) / (1 << 20),
+          done.status().message()));
+    }
     // Sent, but not confirmed: etcd may still commit it. The compare makes
     // a retry safe: it cannot apply twice, nor over someone else's edit.
     return absl::UnknownError(absl::StrCat(

@@ -79,6 +79,15 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(const EtcdOptions
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Answers of any size, as etcd's own client takes (clientv3:
+  // math.MaxInt32), not gRPC's default 4 MiB. etcd takes a value up to its
+  // --max-request-bytes (1.5 MiB by default) but sends answers of any size:
+  // the read of all this host's keys in one Txn (GetAll) or a WatchResponse
+  // holding several of its values can pass 4 MiB with three layers near
+  // etcd's limit, and the host would then never sync (the same answer fails
+  // every retry). What a host reads is bounded by what etcd holds under its
+  // keys, that is by the etcd writers, who are trusted with its policy.
+  args.SetMaxReceiveMessageSize(-1);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!options.ca_file.empty()) {
     grpc::SslCredentialsOptions tls;

@@ -76,39 +76,89 @@ absl::Status Watcher::WatchFrom(int64_t start) {
     create->set_start_revision(start);
     wrote = wrote && stream->Write(request);
   }
+
+  // A reader drains the stream and keeps only the newest event's revision;
+  // this thread reads the host's keys at that revision and applies them.
+  // When revisions come faster than a read and an apply (a writer putting
+  // thousands a second), the ones that arrived meanwhile are applied as one,
+  // at the newest of them: still a whole revision etcd had, never a backlog
+  // of stale ones applied one by one. Without a backlog, each event is
+  // applied at its own revision, as before.
+  struct Pending {
+    absl::Mutex mu;
+    int64_t newest ABSL_GUARDED_BY(mu) = 0;  // the newest event's revision
+    bool ended ABSL_GUARDED_BY(mu) = false;  // the stream ended ...
+    absl::Status why ABSL_GUARDED_BY(mu);    // ... for this reason (OK: it just ended)
+  } pending;
+  std::thread reader;
+  if (wrote) {
+    reader = std::thread([&] {
+      absl::Status why = absl::OkStatus();
+      size_t created = 0;
+      etcdserverpb::WatchResponse response;
+      while (stream->Read(&response)) {
+        if (response.compact_revision() > 0) {
+          why = absl::OutOfRangeError(absl::StrCat(
+              etcd_.name(), " compacted past revision ", start, " (oldest kept: ",
+              response.compact_revision(), ")"));
+          break;
+        }
+        if (response.canceled()) {
+          why = absl::UnavailableError(absl::StrCat(etcd_.name(), ": watch cancelled: ",
+                                                    response.cancel_reason()));
+          break;
+        }
+        if (response.created() && ++created == keys.size()) applier_.SetStale(false);
+        int64_t newest = 0;
+        for (const mvccpb::Event& e : response.events()) {
+          newest = std::max(newest, e.kv().mod_revision());
+        }
+        if (newest > 0) {
+          absl::MutexLock lock(&pending.mu);
+          pending.newest = std::max(pending.newest, newest);
+        }
+      }
+      absl::MutexLock lock(&pending.mu);
+      pending.ended = true;
+      pending.why = why;
+    });
+  }
   absl::Status result = absl::OkStatus();
-  size_t created = 0;
-  etcdserverpb::WatchResponse response;
-  while (wrote && stream->Read(&response)) {
-    if (response.compact_revision() > 0) {
-      result = absl::OutOfRangeError(absl::StrCat(
-          etcd_.name(), " compacted past revision ", start, " (oldest kept: ",
-          response.compact_revision(), ")"));
-      break;
-    }
-    if (response.canceled()) {
-      result = absl::UnavailableError(absl::StrCat(etcd_.name(), ": watch cancelled: ",
-                                                   response.cancel_reason()));
-      break;
-    }
-    if (response.created() && ++created == keys.size()) applier_.SetStale(false);
-    int64_t newest = 0;
-    for (const mvccpb::Event& e : response.events()) newest = std::max(newest, e.kv().mod_revision());
-    if (newest > applier_.View().seen_revision) {
-      absl::StatusOr<int64_t> synced = Sync(newest);
-      // Compacted between the event and the read: read the current revision.
-      if (absl::IsOutOfRange(synced.status())) synced = Sync(0);
-      if (!synced.ok()) {
-        result = synced.status();
+  int64_t synced = start - 1;  // the host has seen up to here
+  while (wrote && !stopping()) {
+    int64_t target = 0;
+    {
+      absl::MutexLock lock(&pending.mu);
+      const auto ready = [&pending, &synced]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending.mu) {
+        return pending.newest > synced || pending.ended;
+      };
+      pending.mu.Await(absl::Condition(&ready));
+      if (pending.newest <= synced) {  // ended, and everything it read is applied
+        result = pending.why;
         break;
       }
+      target = pending.newest;
     }
+    if (stopping()) break;
+    if (target <= applier_.View().seen_revision) {  // an edit of this host's applied it first
+      synced = target;
+      continue;
+    }
+    absl::StatusOr<int64_t> done = Sync(target);
+    // Compacted between the event and the read: read the current revision.
+    if (absl::IsOutOfRange(done.status())) done = Sync(0);
+    if (!done.ok()) {
+      result = done.status();
+      break;
+    }
+    synced = std::max(synced, std::max(target, *done));
   }
   {
     absl::MutexLock lock(&mu_);
     active_ = nullptr;
   }
   context.TryCancel();
+  if (reader.joinable()) reader.join();
   grpc::Status finished = stream->Finish();
   if (result.ok()) {
     result = finished.ok() ? absl::UnavailableError(absl::StrCat(etcd_.name(), ": watch ended"))
