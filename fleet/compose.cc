@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -106,14 +111,29 @@ void TakeSettings(const Layer& src, const SourceMap& src_map, const std::string&
 void MergeIntoComposed(const Layer& src, const SourceMap& src_map, const std::string& src_path,
                 Layer* dst, SourceMap* dst_map, const std::string& dst_path,
                 v1::Vendor vendor) {
+  // What `src` shadows, by half: single MSRs in a hash map, ranges in a
+  // list, so that a layer of thousands of single-MSR rules over thousands
+  // more costs one look-up per rule, not every pair (an etcd writer chooses
+  // the layers' sizes; etcd's 1.5 MiB takes some 20,000 rules).
   struct Shadow {
     policy::Target target;
     bool read, write;
   };
-  std::vector<Shadow> shadows;
+  struct Halves {
+    bool read = false, write = false;
+  };
+  absl::flat_hash_map<uint32_t, Halves> single_shadows;
+  std::vector<Shadow> range_shadows;
   for (const MsrRule& r : src.msr()) {
     absl::StatusOr<policy::Target> t = policy::ResolveTarget(r);
-    if (t.ok() && ForHost(r, vendor)) shadows.push_back({*t, DecidesRead(r), DecidesWrite(r)});
+    if (!t.ok() || !ForHost(r, vendor)) continue;
+    if (t->first == t->last) {
+      Halves& h = single_shadows[t->first];
+      h.read = h.read || DecidesRead(r);
+      h.write = h.write || DecidesWrite(r);
+    } else {
+      range_shadows.push_back({*t, DecidesRead(r), DecidesWrite(r)});
+    }
   }
   const SourceMap before = *dst_map;
   const int old_count = dst->msr_size();
@@ -122,18 +142,26 @@ void MergeIntoComposed(const Layer& src, const SourceMap& src_map, const std::st
   for (int i = 0; i < old_count; ++i) {
     MsrRule d = dst->msr(i);
     absl::StatusOr<policy::Target> td = policy::ResolveTarget(d);
-    for (const Shadow& s : shadows) {
-      if (!td.ok() || td->first < s.target.first || td->last > s.target.last) continue;
-      if (s.read && DecidesRead(d)) {
+    const auto shadow = [&d](bool read, bool write) {
+      if (read && DecidesRead(d)) {
         d.clear_read();
         if (d.write() != v1::WriteAction::SHADOW) d.clear_value();
       }
-      if (s.write && DecidesWrite(d)) {
+      if (write && DecidesWrite(d)) {
         d.clear_write();
         d.clear_writable_mask();
         d.clear_on_reserved_bits();
         d.clear_allow_host_write();
       }
+    };
+    if (td.ok() && td->first == td->last) {
+      // Only a single-MSR shadow of that very MSR contains it.
+      auto it = single_shadows.find(td->first);
+      if (it != single_shadows.end()) shadow(it->second.read, it->second.write);
+    }
+    for (const Shadow& s : range_shadows) {
+      if (!td.ok() || td->first < s.target.first || td->last > s.target.last) continue;
+      shadow(s.read, s.write);
     }
     if (!DecidesRead(d) && !DecidesWrite(d)) continue;
     *kept.Add() = std::move(d);
@@ -157,24 +185,24 @@ void MergeIntoComposed(const Layer& src, const SourceMap& src_map, const std::st
   for (int n = dst->msr_size(); n < old_count; ++n) {
     dst_map->Graft(Path(dst_path, "msr", n), none, "-");  // drops the stale positions
   }
+  // CPUID entries by (leaf, has_subleaf, subleaf), ports by (first, last).
+  const auto leaf_key = [](const v1::CpuidEntry& e) {
+    return std::make_tuple(e.leaf(), e.has_subleaf(), e.subleaf());
+  };
+  absl::flat_hash_map<std::tuple<uint32_t, bool, uint32_t>, int> cpuid_at;
+  for (int i = 0; i < dst->cpuid_size(); ++i) cpuid_at.emplace(leaf_key(dst->cpuid(i)), i);
   for (int j = 0; j < src.cpuid_size(); ++j) {
     const v1::CpuidEntry& e = src.cpuid(j);
-    int i = 0;
-    while (i < dst->cpuid_size() &&
-           !(dst->cpuid(i).leaf() == e.leaf() && dst->cpuid(i).has_subleaf() == e.has_subleaf() &&
-             dst->cpuid(i).subleaf() == e.subleaf())) {
-      ++i;
-    }
-    if (i == dst->cpuid_size()) dst->add_cpuid();
+    auto [it, added] = cpuid_at.emplace(leaf_key(e), dst->cpuid_size());
+    if (added) dst->add_cpuid();
+    const int i = it->second;
     *dst->mutable_cpuid(i) = e;
     dst_map->Graft(Path(dst_path, "cpuid", i), src_map, Path(src_path, "cpuid", j));
   }
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> ports;
+  for (const v1::PortRange& r : dst->io_port()) ports.emplace(r.first(), r.last());
   for (int j = 0; j < src.io_port_size(); ++j) {
-    bool have = false;
-    for (const v1::PortRange& r : dst->io_port()) {
-      have = have || (r.first() == src.io_port(j).first() && r.last() == src.io_port(j).last());
-    }
-    if (have) continue;
+    if (!ports.emplace(src.io_port(j).first(), src.io_port(j).last()).second) continue;
     *dst->add_io_port() = src.io_port(j);
     dst_map->Graft(Path(dst_path, "io_port", dst->io_port_size() - 1), src_map,
                    Path(src_path, "io_port", j));
@@ -190,15 +218,18 @@ void Concat(const Layer& src, const SourceMap& src_map, const std::string& src_p
   const auto append = [&](absl::string_view field, int from, int to) {
     dst_map->Graft(Path(dst_path, field, to), src_map, Path(src_path, field, from));
   };
+  // dst's rules by identity, so that each of src's is one look-up.
+  absl::flat_hash_map<std::string, std::vector<int>> by_identity;
+  for (int i = 0; i < dst->msr_size(); ++i) by_identity[Identity(dst->msr(i))].push_back(i);
   for (int j = 0; j < src.msr_size(); ++j) {
     // Two classes may agree on a rule: keep one copy (a disagreement was
     // refused as a tie before).
+    std::vector<int>& same = by_identity[Identity(src.msr(j))];
     bool have = false;
-    for (const MsrRule& d : dst->msr()) {
-      have = have || (Identity(d) == Identity(src.msr(j)) && SameDecision(d, src.msr(j)));
-    }
+    for (int i : same) have = have || SameDecision(dst->msr(i), src.msr(j));
     if (have) continue;
     *dst->add_msr() = src.msr(j);
+    same.push_back(dst->msr_size() - 1);
     append("msr", j, dst->msr_size() - 1);
   }
   for (int j = 0; j < src.cpuid_size(); ++j) {
@@ -233,11 +264,13 @@ absl::Status CheckTie(const Level& a, const Layer& la, const std::string& pa, co
         " differently, and this host has both classes, so neither wins; make the two "
         "agree, or move the decision to a layer above them (the host's layer)"));
   };
+  absl::flat_hash_map<std::string, std::vector<int>> a_by_identity;
+  for (int i = 0; i < la.msr_size(); ++i) a_by_identity[Identity(la.msr(i))].push_back(i);
   for (int j = 0; j < lb.msr_size(); ++j) {
-    for (int i = 0; i < la.msr_size(); ++i) {
-      if (Identity(la.msr(i)) != Identity(lb.msr(j)) || SameDecision(la.msr(i), lb.msr(j))) {
-        continue;
-      }
+    auto same = a_by_identity.find(Identity(lb.msr(j)));
+    if (same == a_by_identity.end()) continue;
+    for (int i : same->second) {
+      if (SameDecision(la.msr(i), lb.msr(j))) continue;
       absl::StatusOr<policy::Target> t = policy::ResolveTarget(lb.msr(j));
       return tie(Path(pa, "msr", i), Path(pb, "msr", j),
                  absl::StrCat("the rule for ", t.ok() ? policy::DescribeTarget(*t) : "?",

@@ -1,6 +1,7 @@
 #include "policy/source_map.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -114,12 +115,21 @@ bool Below(absl::string_view path, absl::string_view root) {
 
 void SourceMap::Graft(absl::string_view path, const SourceMap& from,
                       absl::string_view from_path) {
-  std::vector<std::string> stale;
-  for (const auto& [p, pos] : pos_) {
-    if (Below(p, path)) stale.push_back(p);
+  if (&from == this) {  // the loops below would insert into the map they walk
+    const SourceMap copy = from;
+    Graft(path, copy, from_path);
+    return;
   }
-  for (const std::string& p : stale) pos_.erase(p);
-  for (const auto& [p, pos] : from.pos_) {
+  // Every path below `path` starts with it, so they lie in the range from
+  // lower_bound(path) while the prefix matches (with "a[10]" among "a[1]"'s,
+  // which Below tells apart).
+  for (auto it = pos_.lower_bound(path);
+       it != pos_.end() && absl::StartsWith(it->first, path);) {
+    it = Below(it->first, path) ? pos_.erase(it) : std::next(it);
+  }
+  for (auto it = from.pos_.lower_bound(from_path);
+       it != from.pos_.end() && absl::StartsWith(it->first, from_path); ++it) {
+    const auto& [p, pos] = *it;
     if (!Below(p, from_path)) continue;
     const std::string& name = from.SourceOf(pos);
     int index = -1;
