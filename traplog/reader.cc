@@ -333,17 +333,26 @@ absl::StatusOr<std::unique_ptr<TrapLogReader::Impl>> OpenBinary(
                    kTrapsMagic, "\" (or the older \"", kTrapsMagicV1, "\")"));
 }
 
+// .textproto, a piece at a time (TextLogPieces): the records of one piece
+// are handed out, then the next piece is parsed into the same message,
+// reusing its records.
 class TextImpl final : public TrapLogReader::Impl {
  public:
-  absl::Status Load(std::istream* in, absl::string_view name) {
-    name_ = std::string(name);
-    return ParseTextLog(in, name, &log_);
-  }
+  TextImpl(std::unique_ptr<std::istream> owned, std::istream* in,
+           absl::string_view name)
+      : owned_(std::move(owned)), name_(name), pieces_(in, name) {}
+
+  // Parses the first piece, so that a text that is no TrapLog, and any
+  // error in a log of one piece, fails Open as before pieces.
+  absl::Status Load() { return NextPiece().status(); }
 
   absl::StatusOr<bool> Next(v1::TrapRecord* record, int64_t n) override {
-    if (n > log_.record_size()) return false;
+    while (next_ >= log_.record_size()) {
+      ASSIGN_OR_RETURN(bool more, NextPiece());
+      if (!more) return false;
+    }
     record->Clear();
-    record->Swap(log_.mutable_record(static_cast<int>(n - 1)));
+    record->Swap(log_.mutable_record(next_++));
     RETURN_IF_ERROR(CheckRecordStrings(*record, Where(n)));
     return true;
   }
@@ -354,8 +363,24 @@ class TextImpl final : public TrapLogReader::Impl {
   }
 
  private:
+  absl::StatusOr<bool> NextPiece() {
+    if (ended_) return false;
+    next_ = 0;
+    absl::StatusOr<bool> more = pieces_.Next(&log_);
+    if (!more.ok()) {
+      log_.Clear();
+      return more;
+    }
+    ended_ = !*more;
+    return more;
+  }
+
+  std::unique_ptr<std::istream> owned_;
   std::string name_;
-  v1::TrapLog log_;
+  TextLogPieces pieces_;
+  v1::TrapLog log_;  // the current piece's records; reused
+  int next_ = 0;     // the next of them to hand out
+  bool ended_ = false;
 };
 
 }  // namespace
@@ -375,8 +400,9 @@ absl::StatusOr<std::unique_ptr<TrapLogReader>> TrapLogReader::Open(
     std::istream* in = file.get();
     ASSIGN_OR_RETURN(r->impl_, OpenBinary(std::move(file), in, path));
   } else {
-    auto impl = std::make_unique<TextImpl>();
-    RETURN_IF_ERROR(impl->Load(file.get(), path));
+    std::istream* in = file.get();
+    auto impl = std::make_unique<TextImpl>(std::move(file), in, path);
+    RETURN_IF_ERROR(impl->Load());
     r->impl_ = std::move(impl);
   }
   return r;
@@ -389,8 +415,8 @@ absl::StatusOr<std::unique_ptr<TrapLogReader>> TrapLogReader::ForStream(
   if (encoding == TrapLogEncoding::kBinary) {
     ASSIGN_OR_RETURN(r->impl_, OpenBinary(nullptr, in, std::string(name)));
   } else {
-    auto impl = std::make_unique<TextImpl>();
-    RETURN_IF_ERROR(impl->Load(in, name));
+    auto impl = std::make_unique<TextImpl>(nullptr, in, name);
+    RETURN_IF_ERROR(impl->Load());
     r->impl_ = std::move(impl);
   }
   return r;

@@ -22,10 +22,13 @@ namespace pvemu::traplog {
 //
 // Errors name the source and say where: for .traps "FILE: record N at byte
 // offset O: ..." (N counts from 1; O is where the record's length prefix
-// starts); for .textproto "FILE:LINE:COL: ..." at Open and "FILE: record N:
-// ..." for a record that fails later. A damaged .traps file yields every
-// intact record before the damage, then the error, then the same error again
-// on every later call (of Next or NextTrap). DataLoss for a truncated or
+// starts); for .textproto "FILE:LINE:COL: ..." for text that does not parse
+// and "FILE: record N: ..." for a record that fails later. A damaged .traps
+// file yields every intact record before the damage, then the error, then
+// the same error again on every later call (of Next or NextTrap); so does a
+// .textproto whose text fails to parse past its first piece (TextLogPieces,
+// text_format.h: 1 MiB of text), while an error in the first piece (all of a
+// log up to 1 MiB, as hand-made logs are) fails Open. DataLoss for a truncated or
 // undecodable record (PVTRAPS2: a body shorter than the fixed part, insn_len
 // above 15, cpl above 3, a mode, kind or vector number its enum does not
 // name, reserved flag bits, string lengths that do not fill the body, a
@@ -34,9 +37,12 @@ namespace pvemu::traplog {
 //
 // A PVTRAPS2 file is read through one buffer of about kMaxTrapRecordBytes,
 // refilled in large chunks; NextTrap() decodes straight from it without
-// allocating. A PVTRAPS1 file is read one message at a time. The .textproto
-// reader parses the whole file at Open (text logs are for small, hand-made
-// cases; use .traps for captures).
+// allocating. A PVTRAPS1 file is read one message at a time. A .textproto
+// is parsed a piece of whole records at a time (TextLogPieces). Every
+// encoding streams: a log of any length, read from a file or a pipe (a FIFO
+// named *.traps or *.textproto), costs the memory of one buffer or piece,
+// never the log's; text is many times slower to read than PVTRAPS2, so
+// captures are best written as .traps.
 class TrapLogReader {
  public:
   static absl::StatusOr<std::unique_ptr<TrapLogReader>> Open(

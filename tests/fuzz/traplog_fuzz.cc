@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/textproto.h"
 #include "emulator/trap_convert.h"
 #include "traplog/encoding.h"
 #include "traplog/expectations.h"
 #include "traplog/reader.h"
+#include "traplog/text_format.h"
 #include "traplog/traps_format.h"
 #include "traplog/writer.h"
 #include "google/protobuf/stubs/logging.h"
@@ -223,6 +225,36 @@ void CheckAll(const std::vector<v1::TrapRecord>& records) {
 
 }  // namespace
 
+// The text reader parses in pieces (TextLogPieces): at every piece size,
+// the records and the first error must be what one parse of the whole text
+// gives. `piece` is small so that pieces end wherever they may.
+void CheckPieces(const std::string& text, size_t piece) {
+  v1::TrapLog whole;
+  const absl::Status whole_status = ::pvemu::ParseTextProto(text, "fuzz.textproto", &whole);
+  std::istringstream in(text);
+  ::pvemu::traplog::TextLogPieces pieces(&in, "fuzz.textproto", piece);
+  v1::TrapLog part;
+  int at = 0;
+  absl::StatusOr<bool> more = true;
+  while (true) {
+    more = pieces.Next(&part);
+    if (!more.ok() || !*more) break;
+    for (const v1::TrapRecord& r : part.record()) {
+      Check(at < whole.record_size(), "pieces gave more records than the whole text");
+      Check(google::protobuf::util::MessageDifferencer::Equals(r, whole.record(at++)),
+            "a piece's record differs from the whole text's");
+    }
+  }
+  if (whole_status.ok()) {
+    Check(more.ok(), "pieces refused a text that parses whole");
+    Check(at == whole.record_size(), "pieces gave fewer records than the whole text");
+  } else {
+    Check(!more.ok(), "pieces accepted a text that does not parse whole");
+    Check(more.status().message() == whole_status.message(),
+          "pieces and the whole text name different errors");
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)kQuiet;
   const std::string input(reinterpret_cast<const char*>(data), size);
@@ -248,6 +280,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckNextTrap(input, TrapLogEncoding::kText, read);
     RoundTrip(read.records, TrapLogEncoding::kBinary);
     CheckAll(read.records);
+    CheckPieces(input, 1 + (size > 0 ? data[0] % 64 : 0));
   }
   return 0;
 }
