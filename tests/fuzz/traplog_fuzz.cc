@@ -250,8 +250,15 @@ void CheckPieces(const std::string& text, size_t piece) {
     Check(at == whole.record_size(), "pieces gave fewer records than the whole text");
   } else {
     Check(!more.ok(), "pieces accepted a text that does not parse whole");
-    Check(more.status().message() == whole_status.message(),
-          "pieces and the whole text name different errors");
+    // The first error, as one parse names it; one parse of the whole goes on
+    // to name later ones too (a control character, then the next field), a
+    // piece stops with its own.
+    const auto first_line = [](absl::string_view m) { return m.substr(0, m.find('\n')); };
+    if (first_line(more.status().message()) != first_line(whole_status.message())) {
+      std::fprintf(stderr, "whole: %s\npieces: %s\n", std::string(whole_status.message()).c_str(),
+                   std::string(more.status().message()).c_str());
+      Check(false, "pieces and the whole text name different errors");
+    }
   }
 }
 
