@@ -26,6 +26,7 @@
 #include "policy/rule_target.h"
 #include "policy/shipped.h"
 #include "policy/store.h"
+#include "tests/fuzz/fuzz_tally.h"
 
 namespace {
 
@@ -363,6 +364,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Check(applied.ok() == composed.ok(), "the applier and Compose disagree",
         std::string(applied.ok() ? composed.status().message() : applied.message()));
+  if (pvemu::fuzz::TheTally().on()) {
+    // How many layers of the set were this host's, and the verdict: applied,
+    // or refused, and at which step.
+    std::string verdict = "applied";
+    if (!applied.ok()) {
+      verdict = absl::StrCat("refused ", absl::StatusCodeToString(applied.code()),
+                             composed.ok() ? " after composing" : " composing");
+    }
+    pvemu::fuzz::TheTally().Add(absl::StrCat(layers.size(), " layer(s) for this host -> ", verdict));
+  }
 
   std::vector<std::string> reversed(classes.rbegin(), classes.rend());
   const FleetKeys keys_reversed(kPrefix, kHostId, reversed);

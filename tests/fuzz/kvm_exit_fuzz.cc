@@ -24,7 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "dispatch/trap_counts.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/fuzz_tally.h"
 #include "kvm/data_plane.h"
 #include "kvm/pvemu_kvm.h"
 #include "policy/loader.h"
@@ -148,6 +151,16 @@ Target& GetTarget() {
     if (!plane.ok()) Fail("open: %s", std::string(plane.status().message()).c_str());
     t->plane = *std::move(plane);
     t->generation = t->plane->generation();
+    // The policy verdicts the inputs reached, from the plane's own counts.
+    pvemu::fuzz::TheTally().AtExit([t](pvemu::fuzz::Tally& tally) {
+      absl::StatusOr<std::vector<pvemu::dispatch::MsrCount>> counts = t->plane->MsrCounts();
+      if (!counts.ok()) return;
+      for (const pvemu::dispatch::MsrCount& c : *counts) {
+        tally.Add(absl::StrCat("verdict: ", c.write ? "wrmsr " : "rdmsr ",
+                               pvemu::dispatch::MsrActionName(c.action)),
+                  c.count);
+      }
+    });
     return t;
   }();
   return *target;
@@ -234,6 +247,7 @@ class Mapping {
         r != -EINVAL) {
       Fail("op %d: exit reason %u returned %d", op, was.exit_reason, r);
     }
+    if (pvemu::fuzz::TheTally().on()) Tally(was, r);
     switch (was.exit_reason) {
       case KVM_EXIT_X86_RDMSR:
       case KVM_EXIT_X86_WRMSR:
@@ -252,6 +266,36 @@ class Mapping {
   }
 
  private:
+  // The exit's kind and pvemu's answer, for PVEMU_FUZZ_TALLY.
+  void Tally(const struct kvm_run& was, int r) {
+    std::string kind;
+    switch (was.exit_reason) {
+      case KVM_EXIT_X86_RDMSR:
+      case KVM_EXIT_X86_WRMSR:
+        kind = absl::StrCat(was.exit_reason == KVM_EXIT_X86_RDMSR ? "rdmsr" : "wrmsr",
+                            " reason ", was.msr.reason == KVM_MSR_EXIT_REASON_INVAL   ? "INVAL"
+                                        : was.msr.reason == KVM_MSR_EXIT_REASON_UNKNOWN ? "UNKNOWN"
+                                        : was.msr.reason == KVM_MSR_EXIT_REASON_FILTER  ? "FILTER"
+                                                                                        : "undefined",
+                            " -> ", run()->msr.error == 0 ? "completed" : "#GP");
+        break;
+      case KVM_EXIT_IO:
+        kind = absl::StrCat(was.io.direction == KVM_EXIT_IO_IN    ? "in"
+                            : was.io.direction == KVM_EXIT_IO_OUT ? "out"
+                                                                  : "io direction undefined",
+                            was.io.count > 1 ? " string" : "", " -> ",
+                            r == PVEMU_KVM_DEVICE    ? "the VMM's device model"
+                            : r == PVEMU_KVM_HANDLED ? "answered"
+                            : r == -EINVAL           ? "refused, malformed (-EINVAL)"
+                                                     : "other");
+        break;
+      default:
+        kind = absl::StrCat("exit reason not pvemu's -> ",
+                            r == PVEMU_KVM_NOT_MINE ? "NOT_MINE" : "other");
+    }
+    pvemu::fuzz::TheTally().Add(kind);
+  }
+
   // Aborts if a byte in [from, to) of the mapping changed during the exit.
   void Unchanged(int op, const char* what, size_t from, size_t to) {
     to = std::min(to, size_);

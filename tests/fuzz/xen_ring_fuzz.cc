@@ -15,8 +15,10 @@
 #include <string>
 #include <utility>
 
-#include "tests/fuzz/fuzz_input.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/fuzz_tally.h"
 #include "dispatch/dispatch.h"
 #include "emulator/trap.h"
 #include "hosts/open_host.h"
@@ -42,6 +44,7 @@ extern "C" {
 #ifndef xen_wmb
 #define xen_wmb() std::atomic_thread_fence(std::memory_order_release)
 #endif
+#include "server/xen/vm_event_ring.h"
 
 namespace {
 
@@ -50,6 +53,7 @@ namespace emulator = pvemu::emulator;
 namespace hosts = pvemu::hosts;
 namespace policy = pvemu::policy;
 namespace server = pvemu::server;
+namespace fuzz = pvemu::fuzz;
 
 constexpr uint32_t kPageSize = 4096;  // XC_PAGE_SIZE: the ring page, the ioreq page
 constexpr uint32_t kRingSize = __CONST_RING_SIZE(vm_event, kPageSize);
@@ -87,14 +91,8 @@ void RequireOk(const absl::Status& status, const char* what) {
 
 using Input = pvemu::fuzz::FuzzInput;
 
-// xen_vm_event_libxc.cc's ModeOf.
-emulator::Mode ModeOf(const vm_event_regs_x86& r) {
-  if ((r.cr0 & 1) == 0) return emulator::Mode::kReal;
-  const bool lma = (r.msr_efer >> 10) & 1;
-  const uint32_t ar = r.cs.ar;
-  if (lma && ((ar >> 9) & 1)) return emulator::Mode::k64;
-  return ((ar >> 10) & 1) ? emulator::Mode::k32 : emulator::Mode::k16;
-}
+// The guest's mode, as the monitor reads it (server/xen/vm_event_ring.h).
+emulator::Mode ModeOf(const vm_event_regs_x86& r) { return server::VmEventMode(r); }
 
 uint8_t CplOf(const vm_event_regs_x86& r) { return static_cast<uint8_t>((r.ss.ar >> 5) & 3); }
 
@@ -118,6 +116,12 @@ void CheckAnswer(const vm_event_request_t& req, const vm_event_response_t& rsp) 
   }
   Require(((rsp.flags & VM_EVENT_FLAG_SET_REGISTERS) != 0) == cpuid,
           "SET_REGISTERS on a request that is no CPUID, or a CPUID without");
+  if (fuzz::TheTally().on()) {
+    fuzz::TheTally().Add(absl::StrCat(
+        "vm_event ", msr ? "mov_to_msr" : cpuid ? "cpuid" : current ? "other reason" : "other version",
+        (req.flags & VM_EVENT_FLAG_VCPU_PAUSED) ? " paused" : "", " -> ",
+        (rsp.flags & VM_EVENT_FLAG_DENY) ? "DENY" : (rsp.flags & VM_EVENT_FLAG_SET_REGISTERS) ? "SET_REGISTERS" : "allowed"));
+  }
   if (!cpuid) return;
   const vm_event_regs_x86& out = rsp.data.regs.x86;
   uint64_t rip = in.rip + req.u.cpuid.insn_length;
@@ -132,8 +136,8 @@ void CheckAnswer(const vm_event_request_t& req, const vm_event_response_t& rsp) 
           "a CPUID answer changed a register CPUID does not write");
 }
 
-// LibxcVmEventChannel on a ring in memory: Next and Respond are the libxc
-// ones (Xen's ring macros on a vm_event_back_ring_t), plus the checks.
+// LibxcVmEventChannel on a ring in memory: Next and Respond call the libxc
+// channel's own ring code (server/xen/vm_event_ring.h), plus the checks.
 class RingChannel final : public server::VmEventChannel {
  public:
   explicit RingChannel(uint32_t domain) : domain_(domain) {}
@@ -159,94 +163,32 @@ class RingChannel final : public server::VmEventChannel {
   absl::Status Wait(int) override { return absl::OkStatus(); }
 
   bool Next(server::VmEvent* event) override {
-    // As xen_vm_event_libxc.cc's Next: a producer index more than a ring
-    // ahead of the responses is refused. The budget stays as a guard.
+    // The monitor's own reading (server/xen/vm_event_ring.h), with the
+    // checks around it: one request at a time, slots inside the ring.
     if (ring_.sring == nullptr || budget_ <= 0) return false;
-    if (!RING_HAS_UNCONSUMED_REQUESTS(&ring_)) return false;
-    if (RING_REQUEST_PROD_OVERFLOW(&ring_, ring_.sring->req_prod)) return false;
-    Require(!outstanding_, "the monitor took a request before answering the last one");
-    --budget_;
-    RING_IDX cons = ring_.req_cons;
-    const vm_event_request_t* slot = RING_GET_REQUEST(&ring_, cons);
-    last_slot_ = SlotOf(slot, "the monitor read a request slot outside the ring");
+    Require(!outstanding_ || !RING_HAS_UNCONSUMED_REQUESTS(&ring_) ||
+                RING_REQUEST_PROD_OVERFLOW(&ring_, ring_.sring->req_prod),
+            "the monitor took a request before answering the last one");
+    const vm_event_request_t* slot = RING_GET_REQUEST(&ring_, ring_.req_cons);
     vm_event_request_t req;
-    std::memcpy(&req, slot, sizeof(req));
+    if (server::TakeVmEventRequest(&ring_, &req) != server::VmEventTake::kTaken) return false;
+    --budget_;
+    last_slot_ = SlotOf(slot, "the monitor read a request slot outside the ring");
     last_ = req;
     outstanding_ = true;
     ++read_;
-    ++cons;
-    ring_.req_cons = cons;
-    ring_.sring->req_event = cons + 1;
-
-    *event = server::VmEvent();
-    event->domain = domain_;
-    event->vcpu = req.vcpu_id;
-    event->vcpu_paused = (req.flags & VM_EVENT_FLAG_VCPU_PAUSED) != 0;
-    event->raw_reason = req.reason;
-    event->raw_altp2m_idx = req.altp2m_idx;
-    event->raw_version = req.version;
-    if (req.version != VM_EVENT_INTERFACE_VERSION) {
-      event->kind = server::VmEvent::Kind::kOther;
-      return true;
-    }
-    switch (req.reason) {
-      case VM_EVENT_REASON_MOV_TO_MSR:
-        event->kind = server::VmEvent::Kind::kMsrWrite;
-        event->msr = static_cast<uint32_t>(req.u.mov_to_msr.msr);
-        event->new_value = req.u.mov_to_msr.new_value;
-        event->old_value = req.u.mov_to_msr.old_value;
-        break;
-      case VM_EVENT_REASON_CPUID:
-        event->kind = server::VmEvent::Kind::kCpuid;
-        event->leaf = req.u.cpuid.leaf;
-        event->subleaf = req.u.cpuid.subleaf;
-        event->insn_length = req.u.cpuid.insn_length;
-        break;
-      default:
-        event->kind = server::VmEvent::Kind::kOther;
-        return true;
-    }
-    const vm_event_regs_x86& r = req.data.regs.x86;
-    event->mode = ModeOf(r);
-    event->cpl = CplOf(r);
-    const uint64_t gpr[16] = {r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi,
-                              r.r8,  r.r9,  r.r10, r.r11, r.r12, r.r13, r.r14, r.r15};
-    for (int i = 0; i < 16; ++i) event->regs.gpr[i] = gpr[i];
-    event->regs.rip = r.rip;
-    event->regs.rflags = r.rflags;
+    *event = server::VmEventOfRequest(req, domain_);
     return true;
   }
 
   void Respond(const server::VmEventResponse& response) override {
     Require(ring_.sring != nullptr && outstanding_, "a response to no request read");
     outstanding_ = false;
-    vm_event_response_t rsp;
-    std::memset(&rsp, 0, sizeof(rsp));
-    rsp.version = VM_EVENT_INTERFACE_VERSION;
-    rsp.vcpu_id = response.vcpu;
-    rsp.reason = response.raw_reason;
-    rsp.altp2m_idx = static_cast<uint16_t>(response.raw_altp2m_idx);
-    if (response.release_vcpu) rsp.flags |= VM_EVENT_FLAG_VCPU_PAUSED;
-    if (response.deny) rsp.flags |= VM_EVENT_FLAG_DENY;
-    if (response.set_registers) {
-      rsp.flags |= VM_EVENT_FLAG_SET_REGISTERS;
-      vm_event_regs_x86& r = rsp.data.regs.x86;
-      const uint64_t* g = response.regs.gpr;
-      r.rax = g[0], r.rcx = g[1], r.rdx = g[2], r.rbx = g[3];
-      r.rsp = g[4], r.rbp = g[5], r.rsi = g[6], r.rdi = g[7];
-      r.r8 = g[8], r.r9 = g[9], r.r10 = g[10], r.r11 = g[11];
-      r.r12 = g[12], r.r13 = g[13], r.r14 = g[14], r.r15 = g[15];
-      r.rip = response.regs.rip;
-      r.rflags = response.regs.rflags;
-    }
-    RING_IDX prod = ring_.rsp_prod_pvt;
-    vm_event_response_t* slot = RING_GET_RESPONSE(&ring_, prod);
-    Require(SlotOf(slot, "the monitor wrote a response outside the ring") == last_slot_,
+    const vm_event_response_t rsp = server::VmEventResponseOf(response);
+    Require(SlotOf(RING_GET_RESPONSE(&ring_, ring_.rsp_prod_pvt),
+                   "the monitor wrote a response outside the ring") == last_slot_,
             "a response in another slot than its request's");
-    std::memcpy(slot, &rsp, sizeof(rsp));
-    ++prod;
-    ring_.rsp_prod_pvt = prod;
-    RING_PUSH_RESPONSES(&ring_);
+    server::PutVmEventResponse(&ring_, rsp);
     // xenevtchn_notify: nobody to wake.
     CheckAnswer(last_, rsp);
     ++answered_;
@@ -557,6 +499,13 @@ int PollPorts(Run& run) {
     // Xen resumes the vCPU on IORESP_READY; NONE, READY or INPROCESS
     // would leave it waiting, anything else crashes the domain.
     Require(a.state == STATE_IORESP_READY, "a slot taken is not left IORESP_READY");
+    if (fuzz::TheTally().on()) {
+      fuzz::TheTally().Add(absl::StrCat(
+          "ioreq ", b.type == IOREQ_TYPE_PIO ? "pio" : "other type", b.dir == IOREQ_READ ? " read" : " write",
+          b.data_is_ptr ? " data_is_ptr" : "", b.count > 1 ? " string" : "",
+          well_formed(b) ? "" : " malformed", " -> ",
+          b.dir == IOREQ_READ && !b.data_is_ptr ? "data answered" : "done, data untouched"));
+    }
     Require(a.addr == b.addr && a.count == b.count && a.size == b.size &&
                 a.vp_eport == b.vp_eport && a._pad0 == b._pad0 &&
                 a.data_is_ptr == b.data_is_ptr && a.dir == b.dir && a.df == b.df &&
