@@ -30,6 +30,7 @@
 #include "base/textproto.h"
 #include "dispatch/dispatch.h"
 #include "hosts/sim_host.h"
+#include "tests/bench/recorded_expectation.h"
 #include "tests/bench/trap_mix.h"
 
 namespace pvemu::bench {
@@ -63,36 +64,6 @@ void BM_ReplayInMemory(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_ReplayInMemory);
-
-// What `out` says, as a capture would record it: the kind, the vector of an
-// exception, the value read by RDMSR or IN, the registers CPUID returned.
-void SetExpectation(const emulator::Outcome& out, const emulator::Instruction& insn,
-                    emulator::DecodeError error, v1::Expectation* expect) {
-  expect->set_kind(static_cast<v1::Outcome::Kind>(out.kind));
-  if (out.kind == emulator::OutcomeKind::kException) {
-    expect->set_vector(static_cast<v1::Vector>(out.vector));
-    return;
-  }
-  if (out.kind != emulator::OutcomeKind::kCompleted || error != emulator::DecodeError::kOk) return;
-  const uint64_t* r = out.regs.gpr;
-  switch (insn.kind) {
-    case emulator::InsnKind::kRdmsr:
-      expect->set_value((r[emulator::kRdx] << 32) | (r[emulator::kRax] & 0xffffffffu));
-      break;
-    case emulator::InsnKind::kIn:
-      expect->set_value(r[emulator::kRax] &
-                        (insn.operand_size == 32 ? 0xffffffffu : (1u << insn.operand_size) - 1));
-      break;
-    case emulator::InsnKind::kCpuid:
-      expect->mutable_cpuid()->set_eax(static_cast<uint32_t>(r[emulator::kRax]));
-      expect->mutable_cpuid()->set_ebx(static_cast<uint32_t>(r[emulator::kRbx]));
-      expect->mutable_cpuid()->set_ecx(static_cast<uint32_t>(r[emulator::kRcx]));
-      expect->mutable_cpuid()->set_edx(static_cast<uint32_t>(r[emulator::kRdx]));
-      break;
-    default:
-      break;
-  }
-}
 
 // Writes (once per size and format) a .traps file of `records` records from
 // the mix, each expecting what a fresh dispatcher answers when the records

@@ -5,6 +5,8 @@
 #ifndef PVEMU_TESTS_FLEET_FLEET_HOSTS_H_
 #define PVEMU_TESTS_FLEET_FLEET_HOSTS_H_
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "pvemu/v1/service.grpc.pb.h"
 #include "server/daemon.h"
+#include "tests/server/daemon_fixture.h"
 
 namespace pvemu::testing {
 
@@ -39,6 +42,16 @@ struct FleetHost {
     emulator = v1::EmulatorService::NewStub(channel);
     fleet = v1::FleetService::NewStub(channel);
     policy = v1::PolicyService::NewStub(channel);
+  }
+  // What a guest of `domain` on this host reads from `msr`; -1 for #GP.
+  int64_t ReadMsr(uint32_t domain, uint32_t msr) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::Outcome outcome;
+    grpc::Status s = emulator->Emulate(&context, RdmsrTrap(domain, msr), &outcome);
+    EXPECT_TRUE(s.ok()) << id << ": " << s.error_message();
+    if (outcome.kind() != v1::Outcome::COMPLETED) return -1;
+    return static_cast<int64_t>((outcome.regs().rdx() << 32) | (outcome.regs().rax() & 0xffffffff));
   }
   // Drops the stubs, then shuts the daemon down; a stopped host stays so.
   void Stop() {

@@ -57,15 +57,7 @@ class FleetTest : public ::testing::Test {
   void StopHost(size_t i) { hosts_[i].Stop(); }
 
   // What a guest of domain 1 on host i reads from `msr`; -1 for #GP.
-  int64_t Read(size_t i, uint32_t msr) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::Outcome outcome;
-    grpc::Status s = hosts_[i].emulator->Emulate(&context, RdmsrTrap(1, msr), &outcome);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    if (outcome.kind() != v1::Outcome::COMPLETED) return -1;
-    return static_cast<int64_t>((outcome.regs().rdx() << 32) | (outcome.regs().rax() & 0xffffffff));
-  }
+  int64_t Read(size_t i, uint32_t msr) { return hosts_[i].ReadMsr(1, msr); }
   bool AllRead(uint32_t msr, const std::vector<int64_t>& want, std::chrono::milliseconds limit) {
     return WaitFor(
         [&] {

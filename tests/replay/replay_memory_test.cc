@@ -55,6 +55,7 @@
 #include "hosts/sim_host.h"
 #include "policy/shipped.h"
 #include "policy/store.h"
+#include "tests/bench/recorded_expectation.h"
 #include "tests/bench/trap_mix.h"
 #include "tests/sanitizers.h"
 #include "traplog/encoding.h"
@@ -90,36 +91,6 @@ std::string Pvemuctl() { return std::string(std::getenv("PVEMU_BUILD_ROOT")) + "
 enum class Format { kTraps, kText };
 
 const char* Extension(Format f) { return f == Format::kTraps ? ".traps" : ".textproto"; }
-
-// What a capture records of an outcome: the kind, the vector of an
-// exception, the value RDMSR or IN read, the registers CPUID returned.
-void SetExpectation(const emulator::Outcome& out, const emulator::Instruction& insn,
-                    emulator::DecodeError error, v1::Expectation* expect) {
-  expect->set_kind(static_cast<v1::Outcome::Kind>(out.kind));
-  if (out.kind == emulator::OutcomeKind::kException) {
-    expect->set_vector(static_cast<v1::Vector>(out.vector));
-    return;
-  }
-  if (out.kind != emulator::OutcomeKind::kCompleted || error != emulator::DecodeError::kOk) return;
-  const uint64_t* r = out.regs.gpr;
-  switch (insn.kind) {
-    case emulator::InsnKind::kRdmsr:
-      expect->set_value((r[emulator::kRdx] << 32) | (r[emulator::kRax] & 0xffffffffu));
-      break;
-    case emulator::InsnKind::kIn:
-      expect->set_value(r[emulator::kRax] &
-                        (insn.operand_size == 32 ? 0xffffffffu : (1u << insn.operand_size) - 1));
-      break;
-    case emulator::InsnKind::kCpuid:
-      expect->mutable_cpuid()->set_eax(static_cast<uint32_t>(r[emulator::kRax]));
-      expect->mutable_cpuid()->set_ebx(static_cast<uint32_t>(r[emulator::kRbx]));
-      expect->mutable_cpuid()->set_ecx(static_cast<uint32_t>(r[emulator::kRcx]));
-      expect->mutable_cpuid()->set_edx(static_cast<uint32_t>(r[emulator::kRdx]));
-      break;
-    default:
-      break;
-  }
-}
 
 // What a writer wrote: records, by outcome as pvemuctl's summary counts
 // them, and bytes (header included).
@@ -170,7 +141,7 @@ class Generator {
     const emulator::Outcome out = session_->Handle(trap, &insn, &error);
     rec->Clear();
     emulator::TrapToProto(trap, rec->mutable_trap());
-    SetExpectation(out, insn, error, rec->mutable_expect());
+    bench::SetExpectation(out, insn, error, rec->mutable_expect());
     if (tally == nullptr) return;
     ++tally->records;
     if (out.kind == emulator::OutcomeKind::kCompleted) ++tally->completed;
