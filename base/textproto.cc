@@ -18,10 +18,11 @@ namespace {
 // protobuf print them to stderr.
 class Collector : public google::protobuf::io::ErrorCollector {
  public:
-  explicit Collector(absl::string_view source) : source_(source) {}
+  Collector(absl::string_view source, int64_t first_line)
+      : source_(source), first_line_(first_line) {}
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
-    errors_.push_back(absl::StrCat(source_, ":", line + 1, ":", column + 1,
+    errors_.push_back(absl::StrCat(source_, ":", first_line_ + line + 1, ":", column + 1,
                                    ": ", message));
   }
   void AddWarning(int line, google::protobuf::io::ColumnNumber column,
@@ -32,6 +33,7 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
  private:
   std::string source_;
+  int64_t first_line_;
   std::vector<std::string> errors_;
 };
 
@@ -39,9 +41,10 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
 absl::Status ParseTextProto(absl::string_view text, absl::string_view source_name,
                             google::protobuf::Message* msg,
-                            google::protobuf::TextFormat::ParseInfoTree* info) {
+                            google::protobuf::TextFormat::ParseInfoTree* info,
+                            int64_t first_line) {
   msg->Clear();
-  Collector collector(source_name);
+  Collector collector(source_name, first_line);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&collector);
   parser.AllowUnknownField(false);

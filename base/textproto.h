@@ -4,6 +4,7 @@
 #define PVEMU_BASE_TEXTPROTO_H_
 
 #include <fstream>
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -17,9 +18,12 @@ namespace pvemu {
 // which read "SOURCE:LINE:COL: message" (1-based) and come back as
 // InvalidArgument. Unknown fields are errors. If `info` is not null it gets
 // every field's position, for validators that report their own errors.
+// `first_line` is the line (from 0) of text[0] in the source, when `text` is
+// a piece of it (a trap log read in pieces).
 absl::Status ParseTextProto(absl::string_view text, absl::string_view source_name,
                             google::protobuf::Message* msg,
-                            google::protobuf::TextFormat::ParseInfoTree* info = nullptr);
+                            google::protobuf::TextFormat::ParseInfoTree* info = nullptr,
+                            int64_t first_line = 0);
 
 // Reads and parses a file. NotFound / PermissionDenied name the file.
 absl::Status ParseTextProtoFile(const std::string& path,

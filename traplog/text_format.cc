@@ -5,36 +5,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "base/status_macros.h"
+#include "base/textproto.h"
 #include "google/protobuf/text_format.h"
 
 namespace pvemu::traplog {
 namespace {
-
-// The parser's complaints as ParseTextProto (base/textproto.cc) words them,
-// the line counted from the start of the whole text rather than the piece.
-class Collector : public google::protobuf::io::ErrorCollector {
- public:
-  Collector(absl::string_view source, int64_t first_line)
-      : source_(source), first_line_(first_line) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    errors_.push_back(absl::StrCat(source_, ":", first_line_ + line + 1, ":",
-                                   column + 1, ": ", message));
-  }
-  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
-                  const std::string& message) override {
-    AddError(line, column, message);
-  }
-  const std::vector<std::string>& errors() const { return errors_; }
-
- private:
-  absl::string_view source_;
-  int64_t first_line_;
-  std::vector<std::string> errors_;
-};
 
 constexpr size_t kReadBytes = size_t{64} << 10;
 
@@ -194,22 +170,8 @@ absl::Status TextLogPieces::Parse(size_t end, pvemu::v1::TrapLog* log) {
         name_, ":", first_line_ + 1, ":1: a top-level field of more than ",
         INT_MAX, " bytes: protobuf's text parser takes at most that"));
   }
-  Collector collector(name_, first_line_);
-  google::protobuf::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&collector);
-  parser.AllowUnknownField(false);
-  parser.AllowUnknownExtension(false);
-  google::protobuf::io::ArrayInputStream input(text_.data(),
-                                               static_cast<int>(end));
-  const bool ok = parser.Parse(&input, log);  // clears *log first
-  if (!ok || !collector.errors().empty()) {
-    if (collector.errors().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": not a valid ", log->GetTypeName(),
-                       " in protobuf text format"));
-    }
-    return absl::InvalidArgumentError(absl::StrJoin(collector.errors(), "\n"));
-  }
+  RETURN_IF_ERROR(ParseTextProto(absl::string_view(text_.data(), end), name_, log,
+                                 /*info=*/nullptr, first_line_));
   first_line_ += std::count(text_.data(), text_.data() + end, '\n');
   text_.erase(0, end);
   scan_ -= end;
