@@ -13,12 +13,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "fleet/etcd_client.h"
 #include "gtest/gtest.h"
 #include "tests/fleet/etcd_process.h"
 #include "tests/server/daemon_fixture.h"
@@ -108,6 +111,15 @@ class EtcdCluster {
   }
 
   // "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
+  // pvemu's own etcd client on the cluster, for a test's direct reads and
+  // writes (an etcdctl in process); a failure to create it fails the test.
+  std::unique_ptr<fleet::EtcdClient> Client() const {
+    fleet::EtcdOptions options;
+    options.endpoints = absl::StrSplit(Endpoints(), ',');
+    absl::StatusOr<std::unique_ptr<fleet::EtcdClient>> client = fleet::EtcdClient::Create(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
   std::string Endpoints() const {
     std::vector<std::string> eps;
     for (const Member& m : members_) eps.push_back(absl::StrCat("127.0.0.1:", m.client_port));

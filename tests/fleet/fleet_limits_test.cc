@@ -131,11 +131,8 @@ class FleetLimitsTest : public ::testing::Test {
       h.Start();
       ASSERT_FALSE(HasFatalFailure());
     }
-    fleet::EtcdOptions options;
-    options.endpoints = absl::StrSplit(etcd_->Endpoints(), ',');
-    absl::StatusOr<std::unique_ptr<fleet::EtcdClient>> client = fleet::EtcdClient::Create(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    etcdc_ = std::move(*client);
+    etcdc_ = etcd_->Client();
+    ASSERT_NE(etcdc_, nullptr);
     // Every host has read etcd once (its first revision, no layer yet), so
     // what it applies next comes from the watch.
     ASSERT_TRUE(WaitFor(

@@ -112,11 +112,8 @@ class FleetSoakTest : public ::testing::Test {
     ASSERT_TRUE(etcd_->Start()) << "the etcd cluster did not come up; see " << dir_;
     hosts_ = ThreeFleetHosts(dir_, etcd_->Url());
     for (size_t i = 0; i < hosts_.size(); ++i) StartHost(i);
-    fleet::EtcdOptions eo;
-    eo.endpoints = absl::StrSplit(etcd_->Endpoints(), ',');
-    auto client = fleet::EtcdClient::Create(eo);
-    ASSERT_TRUE(client.ok()) << client.status();
-    oracle_ = std::move(*client);
+    oracle_ = etcd_->Client();
+    ASSERT_NE(oracle_, nullptr);
   }
   void TearDown() override {
     StopObservers();
