@@ -394,10 +394,14 @@ absl::Status DaemonImpl::Init(const DaemonOptions& options, std::vector<std::str
   host_writes_ = options.allow_host_writes;
   ASSIGN_OR_RETURN(const Listening listening, CheckListening(options));
   if (!options.metrics.empty()) RETURN_IF_ERROR(ParseMetricsAddress(options.metrics).status());
-  if (options.max_message_bytes < 1024 || options.max_streams_per_peer < 1) {
+  if (options.max_message_bytes < 1024) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--max-message-bytes (", options.max_message_bytes, ") must be at least 1024 and "
-        "--max-streams-per-peer (", options.max_streams_per_peer, ") at least 1"));
+        "--max-message-bytes=", options.max_message_bytes, ": must be at least 1024"));
+  }
+  if (options.max_streams_per_peer < 1 || options.max_streams_per_peer > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-streams-per-peer=", options.max_streams_per_peer,
+        ": must be 1 to 1048576 (each open stream holds a thread)"));
   }
   ASSIGN_OR_RETURN(AllowList readers, ParseAllowList(options.readers, "readers"));
   ASSIGN_OR_RETURN(AllowList editors, ParseAllowList(options.editors, "editors"));

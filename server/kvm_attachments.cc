@@ -26,8 +26,11 @@ void KvmAttachments::Detach(uint64_t key) {
 
 absl::Status KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch) {
   absl::MutexLock lock(&mu_);
-  if (batch.cumulative() && !batch.last() && live_.size() >= kMaxLive &&
-      !live_.contains({pid, batch.domain()})) {
+  const auto needs_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return batch.cumulative() && !batch.last() && live_.size() >= kMaxLive &&
+           !live_.contains({pid, batch.domain()});
+  };
+  if (needs_room()) {
     // Full: a data plane whose process is gone (it died before its last
     // batch) has its final counts here; they move to the ended VMs' sums.
     for (auto it = live_.begin(); it != live_.end();) {
@@ -39,8 +42,7 @@ absl::Status KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch)
       }
     }
   }
-  if (batch.cumulative() && !batch.last() && live_.size() >= kMaxLive &&
-      !live_.contains({pid, batch.domain()})) {
+  if (needs_room()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "pid ", pid, " reports domain ", batch.domain(), " while ", live_.size(),
         " KVM data planes already report to pvemud, its limit; the batch is not counted"));

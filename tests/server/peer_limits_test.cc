@@ -148,6 +148,18 @@ OpenWatch Watch(v1::AuditService::Stub& audit, const v1::WatchRequest& request =
   return w;
 }
 
+TEST_F(PeerLimitsTest, LimitsOutOfRangeAreRefusedAtStartNamingTheFlag) {
+  const std::string pvemud = std::string(std::getenv("PVEMU_BUILD_ROOT")) + "/server/pvemud";
+  const std::string common = " --listen=" + listen() + " --state-dir=" + dir_ + "/state";
+  for (const std::string flag : {"--max-streams-per-peer=0", "--max-streams-per-peer=2000000",
+                                 "--max-message-bytes=100"}) {
+    testing::CommandRun run = testing::RunCommand(pvemud + common + " " + flag);
+    EXPECT_NE(run.status, 0) << flag;
+    EXPECT_THAT(run.output, HasSubstr(flag)) << run.output;
+    EXPECT_THAT(run.output, HasSubstr("must be")) << run.output;
+  }
+}
+
 TEST_F(PeerLimitsTest, MessagesPastTheLimitAreRefusedOnCallsAndStreamsAndPvemudServesOn) {
   ASSERT_NO_FATAL_FAILURE(Start({"--max-message-bytes=65536"}));
   ASSERT_TRUE(Answers());
