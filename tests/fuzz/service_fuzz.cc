@@ -28,8 +28,14 @@ struct Target {
 Target& GetTarget() {
   static Target* target = [] {
     auto* t = new Target;
-    std::string dir = (std::filesystem::temp_directory_path() / "pvemu-fuzz.XXXXXX").string();
+    static std::string dir = (std::filesystem::temp_directory_path() / "pvemu-fuzz.XXXXXX").string();
     if (mkdtemp(dir.data()) == nullptr) abort();
+    // The daemon serves until the process ends; its socket's directory goes
+    // with it (every corpus replay and fuzz run left one behind).
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    });
     pvemu::server::DaemonOptions options;
     options.listen = "unix://" + dir + "/s.sock";
     options.state_dir = "";  // in memory: fuzzing must not wear the disk
