@@ -91,8 +91,17 @@ void RequireOk(const absl::Status& status, const char* what) {
 
 using Input = pvemu::fuzz::FuzzInput;
 
-// The guest's mode, as the monitor reads it (server/xen/vm_event_ring.h).
-emulator::Mode ModeOf(const vm_event_regs_x86& r) { return server::VmEventMode(r); }
+// The guest's mode, derived here on its own from the SDM's rules (CR0.PE,
+// EFER.LMA, CS.L, CS.D), so that the checks below judge the monitor's
+// reading (server/xen/vm_event_ring.h, VmEventMode) rather than repeat it.
+emulator::Mode ModeOf(const vm_event_regs_x86& r) {
+  if ((r.cr0 & 1) == 0) return emulator::Mode::kReal;
+  const bool lma = (r.msr_efer >> 10) & 1;
+  const bool cs_l = (r.cs.ar >> 9) & 1;
+  const bool cs_d = (r.cs.ar >> 10) & 1;
+  if (lma && cs_l) return emulator::Mode::k64;
+  return cs_d ? emulator::Mode::k32 : emulator::Mode::k16;
+}
 
 uint8_t CplOf(const vm_event_regs_x86& r) { return static_cast<uint8_t>((r.ss.ar >> 5) & 3); }
 
