@@ -45,7 +45,9 @@ absl::Status KvmAttachments::Report(uint32_t pid, const v1::KvmTrapBatch& batch)
   if (needs_room()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "pid ", pid, " reports domain ", batch.domain(), " while ", live_.size(),
-        " KVM data planes already report to pvemud, its limit; the batch is not counted"));
+        " KVM data planes already report to pvemud, its limit (data planes whose process "
+        "ended are dropped first); the batch is not counted. Close the data planes this VMM "
+        "no longer runs (pvemu_kvm_close), or spread the VMs over more than one pvemud"));
   }
   // The batch comes on its own stream: find the subscription of the same
   // process and domain to show what it applies.
