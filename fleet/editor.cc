@@ -150,47 +150,90 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   const absl::Time began = absl::Now();
   const FleetKeys& keys = applier_.keys();
   const std::string key = keys.Level(edit.level);
-  absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
-  const absl::Time was_read = absl::Now();
-  if (!read.ok()) return NotWritten(read.status(), key);
+  // The layer as it is: one of this host's keys comes from the watch cache,
+  // without a round trip; any other key from a linearizable read. The Txn
+  // compares the mod_revision read, so a cache behind etcd only fails the
+  // compare; the Txn's failure branch then reads the layer as it is, and
+  // the edit is made once more from that (Kubernetes' GuaranteedUpdate). A
+  // second failure is a real race: ABORTED.
   std::optional<KeyValue> current;
-  if (!read->kvs.empty()) current = read->kvs[0];
-  const int64_t mod_revision = current.has_value() ? current->mod_revision : 0;
-  if (edit.if_revision != 0 && edit.if_revision != mod_revision) {
-    return absl::AbortedError(absl::StrCat(
-        key, " is at revision ", mod_revision, ", not ", edit.if_revision,
-        "; re-read it with `pvemuctl fleet get --layer=", edit.level.ToString(), "` and retry"));
+  bool from_cache = false;
+  if (std::optional<Watcher::CachedValue> cached =
+          watcher_ != nullptr ? watcher_->Cached(key) : std::nullopt;
+      cached.has_value()) {
+    current = std::move(cached->kv);
+    from_cache = true;
+  } else {
+    absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+    if (!read.ok()) return NotWritten(read.status(), key);
+    if (!read->kvs.empty()) current = read->kvs[0];
   }
-  ASSIGN_OR_RETURN(v1::Policy policy, NewValue(edit, key, current));
-  const std::string value = absl::StrCat(
-      "# pvemu: edited by ", edit.who, " on ", host_name_, " at ",
-      absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()), "\n",
-      ToTextProto(policy));
+  const absl::Time was_read = absl::Now();
+  absl::Time checked_at, committed_at;
+  std::string value;
+  int64_t mod_revision = 0;
+  absl::StatusOr<etcdserverpb::TxnResponse> done;
+  for (;;) {
+    mod_revision = current.has_value() ? current->mod_revision : 0;
+    if (edit.if_revision != 0 && edit.if_revision != mod_revision) {
+      if (from_cache) {  // the cache may be behind: ask etcd
+        absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+        if (!read.ok()) return NotWritten(read.status(), key);
+        current.reset();
+        if (!read->kvs.empty()) current = read->kvs[0];
+        from_cache = false;
+        continue;
+      }
+      return absl::AbortedError(absl::StrCat(
+          key, " is at revision ", mod_revision, ", not ", edit.if_revision,
+          "; re-read it with `pvemuctl fleet get --layer=", edit.level.ToString(), "` and retry"));
+    }
+    ASSIGN_OR_RETURN(v1::Policy policy, NewValue(edit, key, current));
+    value = absl::StrCat("# pvemu: edited by ", edit.who, " on ", host_name_, " at ",
+                         absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()),
+                         "\n", ToTextProto(policy));
 
-  // This host's whole layer set with the edit must still apply here.
-  if (absl::Status checked = applier_.Check(key, value); !checked.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "refused: with this edit, host ", keys.host_id(), " could not apply its layers: ",
-        checked.message(), "; nothing was written"));
-  }
-  if (absl::Status ties = CheckRegisteredTies(edit.level, value); !ties.ok()) {
-    if (absl::IsInvalidArgument(ties)) return ties;
-    return NotWritten(ties, key);
-  }
+    // This host's whole layer set with the edit must still apply here.
+    if (absl::Status checked = applier_.Check(key, value); !checked.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refused: with this edit, host ", keys.host_id(), " could not apply its layers: ",
+          checked.message(), "; nothing was written"));
+    }
+    if (absl::Status ties = CheckRegisteredTies(edit.level, value); !ties.ok()) {
+      if (absl::IsInvalidArgument(ties)) return ties;
+      return NotWritten(ties, key);
+    }
 
-  const absl::Time checked_at = absl::Now();
-  etcdserverpb::TxnRequest txn;
-  etcdserverpb::Compare* cmp = txn.add_compare();
-  cmp->set_key(key);
-  cmp->set_target(etcdserverpb::Compare::MOD);
-  cmp->set_result(etcdserverpb::Compare::EQUAL);
-  cmp->set_mod_revision(mod_revision);  // 0: the key must not exist yet
-  etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
-  put->set_key(key);
-  put->set_value(value);
-  txn.add_failure()->mutable_request_range()->set_key(key);
-  absl::StatusOr<etcdserverpb::TxnResponse> done = etcd_.Txn(txn, kTxnTimeout);
-  const absl::Time committed_at = absl::Now();
+    checked_at = absl::Now();
+    etcdserverpb::TxnRequest txn;
+    etcdserverpb::Compare* cmp = txn.add_compare();
+    cmp->set_key(key);
+    cmp->set_target(etcdserverpb::Compare::MOD);
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_mod_revision(mod_revision);  // 0: the key must not exist yet
+    etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+    put->set_key(key);
+    put->set_value(value);
+    txn.add_failure()->mutable_request_range()->set_key(key);
+    done = etcd_.Txn(txn, kTxnTimeout);
+    committed_at = absl::Now();
+    if (!done.ok() || done->succeeded()) break;
+    std::optional<KeyValue> now;
+    if (done->responses_size() > 0 && done->responses(0).response_range().kvs_size() > 0) {
+      const mvccpb::KeyValue& kv = done->responses(0).response_range().kvs(0);
+      now = KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(), kv.lease()};
+    }
+    if (!from_cache || edit.if_revision != 0) {
+      return absl::AbortedError(absl::StrCat(
+          key, " changed while this edit was made (revision ", mod_revision, " -> ",
+          now.has_value() ? now->mod_revision : 0,
+          "): another editor won; re-read it with `pvemuctl fleet get --layer=",
+          edit.level.ToString(), "` and retry"));
+    }
+    // The cache was behind etcd: once more from what etcd holds.
+    current = std::move(now);
+    from_cache = false;
+  }
   if (!done.ok()) {
     if (TooLargeForEtcd(done.status())) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -209,16 +252,6 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
         " was sent but etcd did not confirm it; check with `pvemuctl fleet get --layer=",
         edit.level.ToString(), "`: if its mod_revision is still ", mod_revision,
         ", it was not made, and retrying with --if-revision=", mod_revision, " is safe"));
-  }
-  if (!done->succeeded()) {
-    int64_t now = 0;
-    if (done->responses_size() > 0 && done->responses(0).response_range().kvs_size() > 0) {
-      now = done->responses(0).response_range().kvs(0).mod_revision();
-    }
-    return absl::AbortedError(absl::StrCat(
-        key, " changed while this edit was made (revision ", mod_revision, " -> ", now,
-        "): another editor won; re-read it with `pvemuctl fleet get --layer=",
-        edit.level.ToString(), "` and retry"));
   }
   const int64_t revision = done->header().revision();
   v1::FleetEditResponse response;

@@ -1,5 +1,7 @@
 // Fleet mode's edits of the layers in etcd, made through any fleet-mode
-// pvemud. An edit is validated before it is written (the layer on its own,
+// pvemud. An edit reads its layer from this host's watch cache when the
+// layer is one of this host's (no round trip; Watcher::Cached), from etcd
+// otherwise. It is validated before it is written (the layer on its own,
 // this host's whole layer set with it, and class ties on the registered
 // hosts that have the class), written with a Txn that compares the key's
 // mod_revision (the loser of a race gets ABORTED, never a lost update),
@@ -26,6 +28,7 @@
 #include "fleet/applier.h"
 #include "fleet/etcd_client.h"
 #include "fleet/keys.h"
+#include "fleet/watcher.h"
 
 namespace pvemu::fleet {
 
@@ -46,8 +49,9 @@ struct LevelEdit {
 
 class Editor {
  public:
-  Editor(const EtcdClient& etcd, Applier& applier, std::string host_name)
-      : etcd_(etcd), applier_(applier), host_name_(std::move(host_name)) {}
+  // `watcher` (may be null) serves the read of this host's own keys.
+  Editor(const EtcdClient& etcd, Applier& applier, const Watcher* watcher, std::string host_name)
+      : etcd_(etcd), applier_(applier), watcher_(watcher), host_name_(std::move(host_name)) {}
 
   absl::StatusOr<v1::FleetEditResponse> Edit(const LevelEdit& edit);
   absl::StatusOr<v1::GetLayerResponse> Get(const LevelName& layer) const;
@@ -65,6 +69,7 @@ class Editor {
 
   const EtcdClient& etcd_;
   Applier& applier_;
+  const Watcher* const watcher_;
   const std::string host_name_;
 };
 

@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<Fleet>> Fleet::Start(const FleetOptions& options,
   fleet->keeper_ = std::make_unique<StatusKeeper>(*fleet->etcd_, *fleet->applier_, self);
   char name[256] = {0};
   gethostname(name, sizeof(name) - 1);
-  fleet->editor_ = std::make_unique<Editor>(*fleet->etcd_, *fleet->applier_, name);
+  fleet->editor_ = std::make_unique<Editor>(*fleet->etcd_, *fleet->applier_,
+                                            fleet->watcher_.get(), name);
   fleet->watcher_->Start();
   fleet->keeper_->Start();
   return fleet;

@@ -72,6 +72,8 @@ class FleetKeys {
   // "PREFIX/policy/host/ID/domain/": every domain overlay of a host.
   std::string HostDomainPrefix(absl::string_view id) const;
   std::string ClassPrefix() const { return prefix_ + "/policy/class/"; }
+  // "PREFIX/policy/": every layer of the fleet, all hosts' and classes'.
+  std::string PolicyPrefix() const { return prefix_ + "/policy/"; }
   std::string Registration(absl::string_view id) const;
   std::string Status(absl::string_view id) const;
   std::string RegistrationPrefix() const { return prefix_ + "/hosts/"; }

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -48,13 +51,51 @@ absl::StatusOr<int64_t> Watcher::Sync(int64_t revision) {
   }
   ASSIGN_OR_RETURN(std::vector<RangeResult> read, etcd_.GetAll(ranges, revision, kCallTimeout));
   LevelSet layers;
+  std::map<std::string, KeyValue> kvs;
   for (RangeResult& r : read) {
     if (revision <= 0) revision = r.revision;
-    for (KeyValue& kv : r.kvs) layers[kv.key] = std::move(kv.value);
+    for (KeyValue& kv : r.kvs) {
+      layers[kv.key] = kv.value;
+      kvs[kv.key] = std::move(kv);
+    }
+  }
+  {
+    absl::MutexLock lock(&cache_mu_);
+    cache_ = std::move(kvs);
+    cache_revision_ = revision;
+    changed_ = revision;
   }
   // A refused revision is the applier's to report; the watch goes on.
   (void)applier_.Apply(revision, std::move(layers));
   return revision;
+}
+
+std::optional<Watcher::CachedValue> Watcher::Cached(const std::string& key) const {
+  if (!applier_.keys().Classify(key).has_value()) return std::nullopt;
+  absl::MutexLock lock(&cache_mu_);
+  if (!live_) return std::nullopt;
+  CachedValue out;
+  out.revision = cache_revision_;
+  if (auto it = cache_.find(key); it != cache_.end()) out.kv = it->second;
+  return out;
+}
+
+void Watcher::TakeEvents(const etcdserverpb::WatchResponse& response) {
+  const FleetKeys& keys = applier_.keys();
+  absl::MutexLock lock(&cache_mu_);
+  if (response.created()) live_ = true;
+  for (const mvccpb::Event& e : response.events()) {
+    const mvccpb::KeyValue& kv = e.kv();
+    cache_revision_ = std::max(cache_revision_, kv.mod_revision());
+    if (!keys.Classify(kv.key()).has_value()) continue;  // another host's or class's
+    changed_ = std::max(changed_, kv.mod_revision());
+    if (e.type() == mvccpb::Event::DELETE) {
+      cache_.erase(kv.key());
+    } else {
+      cache_[kv.key()] = KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(),
+                                  kv.lease()};
+    }
+  }
 }
 
 absl::Status Watcher::WatchFrom(int64_t start) {
@@ -65,36 +106,30 @@ absl::Status Watcher::WatchFrom(int64_t start) {
     if (stopping_) return absl::CancelledError("stopping");
     active_ = &context;
   }
-  auto stream = etcd_.watch().Watch(&context);
-  const std::vector<FleetKeys::Watched> keys = applier_.keys().HostKeys();
-  bool wrote = true;
-  for (const FleetKeys::Watched& w : keys) {
-    etcdserverpb::WatchRequest request;
-    etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
-    create->set_key(w.key);
-    if (!w.range_end.empty()) create->set_range_end(w.range_end);
-    create->set_start_revision(start);
-    wrote = wrote && stream->Write(request);
+  {
+    absl::MutexLock lock(&cache_mu_);
+    ended_ = false;
+    why_ = absl::OkStatus();
   }
+  auto stream = etcd_.watch().Watch(&context);
+  const FleetKeys& keys = applier_.keys();
+  etcdserverpb::WatchRequest request;
+  etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
+  create->set_key(keys.PolicyPrefix());
+  create->set_range_end(PrefixEnd(keys.PolicyPrefix()));
+  create->set_start_revision(start);
+  const bool wrote = stream->Write(request);
 
-  // A reader drains the stream and keeps only the newest event's revision;
-  // this thread reads the host's keys at that revision and applies them.
-  // When revisions come faster than a read and an apply (a writer putting
+  // A reader drains the stream into the cache; this thread applies the
+  // cache. When revisions come faster than an apply (a writer putting
   // thousands a second), the ones that arrived meanwhile are applied as one,
   // at the newest of them: still a whole revision etcd had, never a backlog
   // of stale ones applied one by one. Without a backlog, each event is
-  // applied at its own revision, as before.
-  struct Pending {
-    absl::Mutex mu;
-    int64_t newest ABSL_GUARDED_BY(mu) = 0;  // the newest event's revision
-    bool ended ABSL_GUARDED_BY(mu) = false;  // the stream ended ...
-    absl::Status why ABSL_GUARDED_BY(mu);    // ... for this reason (OK: it just ended)
-  } pending;
+  // applied at its own revision.
   std::thread reader;
   if (wrote) {
     reader = std::thread([&] {
       absl::Status why = absl::OkStatus();
-      size_t created = 0;
       etcdserverpb::WatchResponse response;
       while (stream->Read(&response)) {
         if (response.compact_revision() > 0) {
@@ -108,50 +143,37 @@ absl::Status Watcher::WatchFrom(int64_t start) {
                                                     response.cancel_reason()));
           break;
         }
-        if (response.created() && ++created == keys.size()) applier_.SetStale(false);
-        int64_t newest = 0;
-        for (const mvccpb::Event& e : response.events()) {
-          newest = std::max(newest, e.kv().mod_revision());
-        }
-        if (newest > 0) {
-          absl::MutexLock lock(&pending.mu);
-          pending.newest = std::max(pending.newest, newest);
-        }
+        if (response.created()) applier_.SetStale(false);
+        TakeEvents(response);
       }
-      absl::MutexLock lock(&pending.mu);
-      pending.ended = true;
-      pending.why = why;
+      absl::MutexLock lock(&cache_mu_);
+      live_ = false;
+      ended_ = true;
+      why_ = why;
     });
   }
   absl::Status result = absl::OkStatus();
-  int64_t synced = start - 1;  // the host has seen up to here
+  int64_t synced = start - 1;  // the host has applied up to here
   while (wrote && !stopping()) {
     int64_t target = 0;
+    LevelSet layers;
     {
-      absl::MutexLock lock(&pending.mu);
-      const auto ready = [&pending, &synced]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending.mu) {
-        return pending.newest > synced || pending.ended;
+      absl::MutexLock lock(&cache_mu_);
+      const auto ready = [this, &synced]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_) {
+        return changed_ > synced || ended_;
       };
-      pending.mu.Await(absl::Condition(&ready));
-      if (pending.newest <= synced) {  // ended, and everything it read is applied
-        result = pending.why;
+      cache_mu_.Await(absl::Condition(&ready));
+      if (changed_ <= synced) {  // ended, and everything it read is applied
+        result = why_;
         break;
       }
-      target = pending.newest;
+      target = changed_;
+      for (const auto& [key, kv] : cache_) layers[key] = kv.value;
     }
     if (stopping()) break;
-    if (target <= applier_.View().seen_revision) {  // an edit of this host's applied it first
-      synced = target;
-      continue;
-    }
-    absl::StatusOr<int64_t> done = Sync(target);
-    // Compacted between the event and the read: read the current revision.
-    if (absl::IsOutOfRange(done.status())) done = Sync(0);
-    if (!done.ok()) {
-      result = done.status();
-      break;
-    }
-    synced = std::max(synced, std::max(target, *done));
+    synced = target;
+    // A refused revision is the applier's to report; the watch goes on.
+    (void)applier_.Apply(target, std::move(layers));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -169,8 +191,11 @@ absl::Status Watcher::WatchFrom(int64_t start) {
 
 void Watcher::Run() {
   absl::Duration backoff = absl::Milliseconds(250);
-  // With a last good revision (from disk), resume from it; otherwise list.
-  bool need_list = applier_.View().seen_revision <= 0;
+  // Always list first, even with a last good revision from disk: the
+  // cache needs every key's value and mod_revision, which the state file
+  // does not keep. A listed revision at or below the one from disk is not
+  // applied again (Applier::Apply).
+  bool need_list = true;
   absl::Status last_logged = absl::OkStatus();
   while (!stopping()) {
     absl::Status status = absl::OkStatus();
@@ -181,7 +206,12 @@ void Watcher::Run() {
     }
     if (status.ok()) {
       const absl::Time began = absl::Now();
-      status = WatchFrom(applier_.View().seen_revision + 1);
+      int64_t from = 0;
+      {
+        absl::MutexLock lock(&cache_mu_);
+        from = cache_revision_ + 1;
+      }
+      status = WatchFrom(from);
       // A watch that ran a while was a working connection: retry soon.
       if (absl::Now() - began > kMaxBackoff) backoff = absl::Milliseconds(250);
       if (absl::IsOutOfRange(status)) {
