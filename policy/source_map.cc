@@ -120,13 +120,7 @@ void SourceMap::Graft(absl::string_view path, const SourceMap& from,
     Graft(path, copy, from_path);
     return;
   }
-  // Every path below `path` starts with it, so they lie in the range from
-  // lower_bound(path) while the prefix matches (with "a[10]" among "a[1]"'s,
-  // which Below tells apart).
-  for (auto it = pos_.lower_bound(path);
-       it != pos_.end() && absl::StartsWith(it->first, path);) {
-    it = Below(it->first, path) ? pos_.erase(it) : std::next(it);
-  }
+  Erase(path);
   for (auto it = from.pos_.lower_bound(from_path);
        it != from.pos_.end() && absl::StartsWith(it->first, from_path); ++it) {
     const auto& [p, pos] = *it;
@@ -141,6 +135,29 @@ void SourceMap::Graft(absl::string_view path, const SourceMap& from,
     pos_[absl::StrCat(path, absl::string_view(p).substr(from_path.size()))] =
         Pos{pos.line, pos.col, index};
   }
+}
+
+void SourceMap::Erase(absl::string_view path) {
+  // Every path below `path` starts with it, so they lie in the range from
+  // lower_bound(path) while the prefix matches (with "a[10]" among "a[1]"'s,
+  // which Below tells apart).
+  for (auto it = pos_.lower_bound(path);
+       it != pos_.end() && absl::StartsWith(it->first, path);) {
+    it = Below(it->first, path) ? pos_.erase(it) : std::next(it);
+  }
+}
+
+void SourceMap::Move(absl::string_view path, absl::string_view from_path) {
+  if (path == from_path) return;
+  std::vector<std::pair<std::string, Pos>> moved;
+  for (auto it = pos_.lower_bound(from_path);
+       it != pos_.end() && absl::StartsWith(it->first, from_path); ++it) {
+    if (!Below(it->first, from_path)) continue;
+    moved.emplace_back(absl::StrCat(path, absl::string_view(it->first).substr(from_path.size())),
+                       it->second);
+  }
+  Erase(path);
+  for (auto& [p, pos] : moved) pos_.insert_or_assign(std::move(p), pos);
 }
 
 const SourceMap::Pos* SourceMap::Find(absl::string_view path) const {

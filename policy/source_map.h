@@ -46,6 +46,11 @@ class SourceMap {
   // key) names each part's own text and line in errors. Positions this map
   // had under `path` are dropped first.
   void Graft(absl::string_view path, const SourceMap& from, absl::string_view from_path);
+  // The positions of `from_path` and below, in this map, become those of
+  // `path` (dropping what `path` had); those of `from_path` stay. Graft
+  // within one map without copying it: composing moves a layer's rules
+  // towards its front as rules below are shadowed.
+  void Move(absl::string_view path, absl::string_view from_path);
 
   const std::string& source() const { return source_; }
   bool has_positions() const { return !pos_.empty(); }
@@ -69,6 +74,8 @@ class SourceMap {
     return p.source < 0 ? source_ : other_sources_[p.source];
   }
   const Pos* Find(absl::string_view path) const;
+  // Drops the positions of `path` and every path below it.
+  void Erase(absl::string_view path);
   void Record(const google::protobuf::Message& msg,
               const google::protobuf::TextFormat::ParseInfoTree& tree,
               const std::string& prefix);

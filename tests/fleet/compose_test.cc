@@ -91,6 +91,31 @@ TEST_F(ComposeTest, HostOverClassOverDefaultOverBase) {
   EXPECT_EQ(ReadAction(*composed, v1::INTEL, 0x1b0), "CONST 1 @/p/policy/default:1");
 }
 
+TEST_F(ComposeTest, RulesAfterAShadowedOneKeepTheirOwnLines) {
+  // The fleet default shadows the first two of four rules; the two left move
+  // to the front of the composed default and must still name their lines.
+  LevelSet layers = {
+      {"/p/policy/default",
+       "default {\n"
+       "  msr { msr: \"0x12345600\" read: ZERO write: GP }\n"
+       "  msr { msr: \"0x12345601\" read: ZERO write: GP }\n"
+       "  msr { msr: \"0x12345602\" read: CONST value: 2 write: GP }\n"
+       "  msr { msr: \"0x12345603\" read: CONST value: 3 write: GP }\n"
+       "}\n"},
+      {"/p/policy/class/web",
+       "default {\n"
+       "  msr { msr: \"0x12345600\" read: CONST value: 7 write: GP }\n"
+       "  msr { msr: \"0x12345601\" read: CONST value: 8 write: GP }\n"
+       "}\n"},
+  };
+  auto composed = Compose(Base(), keys_, layers, v1::INTEL);
+  ASSERT_TRUE(composed.ok()) << composed.status();
+  EXPECT_EQ(ReadAction(*composed, v1::INTEL, 0x12345600), "CONST 7 @/p/policy/class/web:2");
+  EXPECT_EQ(ReadAction(*composed, v1::INTEL, 0x12345601), "CONST 8 @/p/policy/class/web:3");
+  EXPECT_EQ(ReadAction(*composed, v1::INTEL, 0x12345602), "CONST 2 @/p/policy/default:4");
+  EXPECT_EQ(ReadAction(*composed, v1::INTEL, 0x12345603), "CONST 3 @/p/policy/default:5");
+}
+
 TEST_F(ComposeTest, ARuleForAnotherVendorLeavesTheBaseAsItIs) {
   LevelSet layers = {{"/p/policy/default",
                       "default { msr { msr: \"0x1b0\" host_vendor: AMD read: CONST value: 9 } }"}};

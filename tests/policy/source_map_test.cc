@@ -112,5 +112,30 @@ TEST(SourceMap, GraftKeepsTheOtherTextsNameAndLine) {
   EXPECT_EQ(composed.Line("default.msr[4]"), 0);
 }
 
+TEST(SourceMap, MoveWithinOneMapTakesTheRuleAndEverythingBelowItOnly) {
+  v1::Policy p;
+  google::protobuf::TextFormat::ParseInfoTree tree;
+  std::string text = "default {\n";
+  for (int i = 0; i < 12; ++i) absl::StrAppend(&text, "  msr { msr: \"", i, "\" read: ZERO }\n");
+  text += "}\n";
+  ASSERT_TRUE(ParseTextProto(text, "base", &p, &tree).ok());
+  SourceMap map = SourceMap::FromParseInfo("base", p, tree);
+  ASSERT_EQ(map.Line("default.msr[1].read"), 3);
+  ASSERT_EQ(map.Line("default.msr[10].read"), 12);
+  // Rule 1 moves to 0: its positions, its fields' too, now answer for 0.
+  map.Move("default.msr[0]", "default.msr[1]");
+  EXPECT_EQ(map.Line("default.msr[0]"), 3);
+  EXPECT_EQ(map.Line("default.msr[0].read"), 3);
+  EXPECT_EQ(map.Line("default.msr[1].read"), 3);  // the source stays until written over
+  // "msr[1]" is a prefix of "msr[10]", which is not below it.
+  map.Move("default.msr[1]", "default.msr[2]");
+  EXPECT_EQ(map.Line("default.msr[1].read"), 4);
+  EXPECT_EQ(map.Line("default.msr[10].read"), 12);
+  EXPECT_EQ(map.Line("default.msr[11].read"), 13);
+  // A rule that keeps its index keeps its positions.
+  map.Move("default.msr[5]", "default.msr[5]");
+  EXPECT_EQ(map.Line("default.msr[5].read"), 7);
+}
+
 }  // namespace
 }  // namespace pvemu::policy
