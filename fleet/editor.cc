@@ -1,5 +1,7 @@
 #include "fleet/editor.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -144,7 +146,14 @@ bool TraceEdits() {
 
 double Ms(absl::Time from, absl::Time to) { return absl::ToDoubleMilliseconds(to - from); }
 
+std::atomic<std::chrono::steady_clock::rep> last_txn_issued{0};
+
 }  // namespace
+
+std::chrono::steady_clock::time_point LastEditTxnIssued() {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(last_txn_issued.load(std::memory_order_relaxed)));
+}
 
 absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   const absl::Time began = absl::Now();
@@ -215,6 +224,8 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     put->set_key(key);
     put->set_value(value);
     txn.add_failure()->mutable_request_range()->set_key(key);
+    last_txn_issued.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                          std::memory_order_relaxed);
     done = etcd_.Txn(txn, kTxnTimeout);
     committed_at = absl::Now();
     if (!done.ok() || done->succeeded()) break;

@@ -19,6 +19,7 @@
 #ifndef PVEMU_FLEET_EDITOR_H_
 #define PVEMU_FLEET_EDITOR_H_
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,6 +73,11 @@ class Editor {
   const Watcher* const watcher_;
   const std::string host_name_;
 };
+
+// When this process last issued an edit's Txn (the steady clock): for
+// BM_FleetEditToAllHosts, which times an edit from its put, as etcd's own
+// latency benchmarks do, as well as from the RPC.
+std::chrono::steady_clock::time_point LastEditTxnIssued();
 
 }  // namespace pvemu::fleet
 
