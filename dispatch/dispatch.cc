@@ -48,7 +48,7 @@ static_assert(static_cast<int>(MsrWrite::kPassthrough) == v1::WriteAction::PASST
 // the plain view (kCounting false) a lookup keeps nothing but its answer;
 // the counting view (count_by_domain_and_msr) also keeps which MSR it was
 // and its count slot (policy::DomainSnapshot::LookupCounted), for
-// CountDetail.
+// Count.
 template <bool kCounting>
 class Dispatcher::DomainView final : public emulator::Domain {
  public:
@@ -162,7 +162,8 @@ class Dispatcher::DomainView final : public emulator::Domain {
 // thread until the session ends and they are folded into the sums.
 struct Dispatcher::Session::Counters {
   // Indexed by OutcomeKind (1..4, masked to stay in bounds); the trap count
-  // is their sum, so a trap costs one counter update. Always on (Stats()).
+  // is their sum, so a trap costs one counter update. Always on (Stats()),
+  // in `tables` instead when it is there (AddCounters).
   std::atomic<uint64_t> by_kind[8] = {};
   std::atomic<uint64_t> decode_errors{0};
   // Only with count_by_domain_and_msr (tens of KiB a session).
@@ -198,16 +199,30 @@ namespace {
 void Bump(std::atomic<uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
+void AddOutcome(emulator::OutcomeKind k, uint64_t n, TrapStats* s) {
+  switch (k) {
+    case emulator::OutcomeKind::kCompleted: s->completed += n; break;
+    case emulator::OutcomeKind::kException: s->exceptions += n; break;
+    case emulator::OutcomeKind::kUnhandled: s->unhandled += n; break;
+    case emulator::OutcomeKind::kDeviceIo: s->device_io += n; break;
+  }
+}
+// A session's trap counts. A counting session counts each trap once, in its
+// tables by (domain, instruction, outcome), and not again in by_kind: the
+// totals are the tables' sums (an undecodable trap is a decode error).
 void AddCounters(const std::atomic<uint64_t> (&by_kind)[8],
-                 const std::atomic<uint64_t>& decode_errors, TrapStats* s) {
-  const auto kind = [&](emulator::OutcomeKind k) {
-    return by_kind[static_cast<int>(k)].load(std::memory_order_relaxed);
-  };
-  s->completed += kind(emulator::OutcomeKind::kCompleted);
-  s->exceptions += kind(emulator::OutcomeKind::kException);
-  s->unhandled += kind(emulator::OutcomeKind::kUnhandled);
-  s->device_io += kind(emulator::OutcomeKind::kDeviceIo);
+                 const std::atomic<uint64_t>& decode_errors, const TrapCountTables* tables,
+                 TrapStats* s) {
+  for (int k = 1; k <= 4; ++k) {
+    AddOutcome(static_cast<emulator::OutcomeKind>(k), by_kind[k].load(std::memory_order_relaxed),
+               s);
+  }
   s->decode_errors += decode_errors.load(std::memory_order_relaxed);
+  if (tables == nullptr) return;
+  tables->ForEachKind([s](uint64_t, int insn, emulator::OutcomeKind outcome, uint64_t n) {
+    AddOutcome(outcome, n, s);
+    if (insn == TrapCountTables::kUndecodable) s->decode_errors += n;
+  });
 }
 }  // namespace
 
@@ -236,7 +251,7 @@ std::unique_ptr<Dispatcher::Session> Dispatcher::NewSession(emulator::Host& host
 TrapStats Dispatcher::Stats() const {
   absl::MutexLock lock(&mu_);
   TrapStats s = retired_stats_;
-  for (const auto& c : counters_) AddCounters(c->by_kind, c->decode_errors, &s);
+  for (const auto& c : counters_) AddCounters(c->by_kind, c->decode_errors, c->tables.get(), &s);
   s.traps = s.completed + s.exceptions + s.unhandled + s.device_io;
   return s;
 }
@@ -258,7 +273,7 @@ Dispatcher::Session::~Session() { owner_->Retire(counters_); }
 void Dispatcher::Retire(Session::Counters* counters) {
   std::shared_ptr<const policy::Snapshot> snapshot = store_.Current();
   absl::MutexLock lock(&mu_);
-  AddCounters(counters->by_kind, counters->decode_errors, &retired_stats_);
+  AddCounters(counters->by_kind, counters->decode_errors, counters->tables.get(), &retired_stats_);
   counters->learned.ForEach([&](uint64_t key, uint64_t n) { retired_learned_[key] += n; },
                             [](uint32_t, uint64_t) {});
   if (counters->tables != nullptr) {
@@ -600,32 +615,22 @@ std::vector<LearnedAccess> Dispatcher::Learned() const {
   return out;
 }
 
-void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const emulator::Trap& trap,
-                                      const emulator::Instruction& decoded,
-                                      emulator::DecodeError decode_error,
-                                      const emulator::Outcome& out, const CachedDomain& cached) {
+void Dispatcher::Session::CountMsrDetail(const policy::Snapshot& snapshot,
+                                         const emulator::Trap& trap, bool write,
+                                         const emulator::Outcome& out,
+                                         const CachedDomain& cached) {
   TrapCountTables& tables = *tables_;
   DomainView<true>& view = static_cast<DomainView<true>&>(*view_);
-  const bool msr_lookup = view.TakeLookup();
-  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] {
-    tables.CountTrap(cached.block, TrapCountTables::kUndecodable, out.kind);
-    return;
-  }
-  tables.CountTrap(cached.block, static_cast<int>(decoded.kind), out.kind);
-  const bool msr_insn =
-      decoded.kind == emulator::InsnKind::kRdmsr || decoded.kind == emulator::InsnKind::kWrmsr;
-  if (!msr_insn || !msr_lookup) return;
-  const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
-  // A named MSR whose answer is its entry's (a reserved-bit relaxation is
-  // not: it counts by key): one load and one store at its slot.
   const uint8_t entry_relaxed =
       view.relaxed() & (write ? policy::MsrEntry::kRelaxedWrite : policy::MsrEntry::kRelaxedRead);
   std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
-  if (view.slot() != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0)) [[likely]] {
+  if (view.slot() != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0)) {
+    // Count counts a slot in line but for its first count this generation
+    // and a learning domain's accesses.
     std::atomic<uint64_t>& c = slots[(view.slot() - 1) * 2 + (write ? 1 : 0)];
     const uint64_t n = c.load(std::memory_order_relaxed);
     c.store(n + 1, std::memory_order_relaxed);
-    if (n != 0) [[likely]] return;
+    if (n != 0) return;
     // This generation's first: the session's first unless an earlier
     // generation's count was folded under the same key.
     const uint32_t code = TrapCountTables::MsrCode(write, view.decision(), out.relaxed);
@@ -647,6 +652,36 @@ void Dispatcher::Session::CountDetail(const policy::Snapshot& snapshot, const em
     LogFirstAccess(owner_->options_.log, snapshot, trap.domain, view.msr(), write,
                    view.decision(), [&] { return FirstAccessRip(trap); });
   }
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Dispatcher::Session::Count(
+    const policy::Snapshot& snapshot, const emulator::Trap& trap,
+    const emulator::Instruction& decoded, emulator::DecodeError decode_error,
+    const emulator::Outcome& out, const CachedDomain& cached) {
+  TrapCountTables& tables = *tables_;
+  DomainView<true>& view = static_cast<DomainView<true>&>(*view_);
+  const bool decoded_ok = decode_error == emulator::DecodeError::kOk;
+  // The trap's one count by (domain, instruction, outcome): it is also its
+  // count in Stats(), so a counting trap bumps nothing else for it.
+  tables.CountTrap(cached.block,
+                   decoded_ok ? static_cast<int>(decoded.kind) : TrapCountTables::kUndecodable,
+                   out.kind);
+  if (!view.TakeLookup() || !decoded_ok) return;
+  const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
+  if (!write && decoded.kind != emulator::InsnKind::kRdmsr) [[unlikely]] return;
+  // A named MSR whose answer is its entry's, after its first count: one load
+  // and one store at its slot. The rest (a first count, an MSR no rule names
+  // alone, a relaxed access) out of line.
+  std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
+  if (view.slot() != 0 && slots != nullptr && !out.relaxed && view.relaxed() == 0) [[likely]] {
+    std::atomic<uint64_t>& c = slots[(view.slot() - 1) * 2 + (write ? 1 : 0)];
+    const uint64_t n = c.load(std::memory_order_relaxed);
+    if (n != 0) [[likely]] {
+      c.store(n + 1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  CountMsrDetail(snapshot, trap, write, out, cached);
 }
 
 template <bool kObservers, bool kHeld>
@@ -672,15 +707,18 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   emulator::DecodeError decode_error = emulator::DecodeError::kOk;
   emulator::Outcome out =
       emulator::DecodeAndEmulateWith(trap, view, host_, &decoded, &decode_error);
-  // The trap counters are GetStats: always on, in both configurations.
-  Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
-  if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
+  // The trap counters are GetStats: always on; a counting session's are
+  // its tables (Count).
+  if constexpr (!kCounting) {
+    Bump(counters_->by_kind[static_cast<int>(out.kind) & 7]);
+    if (decode_error != emulator::DecodeError::kOk) [[unlikely]] Bump(counters_->decode_errors);
+  }
   // LEARN: what the enforcing policy would fault is marked and counted; an
   // ENFORCE domain pays this one branch on a field beside the snapshot.
   if (cached.learning && decode_error == emulator::DecodeError::kOk) [[unlikely]] {
     NoteLearning(snapshot, *cached.snap, trap, decoded, view.relaxed(), &out);
   }
-  if constexpr (kCounting) CountDetail(snapshot, trap, decoded, decode_error, out, cached);
+  if constexpr (kCounting) Count(snapshot, trap, decoded, decode_error, out, cached);
   if constexpr (kObservers) {
     // Audit (off unless a watcher listens), capture (off unless pvemud
     // --capture): one load and one branch that predicts while all are off.

@@ -158,15 +158,18 @@ class Dispatcher {
     };
     static_assert(sizeof(CachedDomain) == 16);
     std::atomic<uint64_t>* LayOutSlots(uint32_t block, const policy::DomainSnapshot& snap);
-    // The count_by_domain_and_msr half of a trap, out of line.
-    // The first access of a (domain, MSR, access) decided by a GP rule or the
-    // unknown-MSR mode is logged once per process (LogFirstAccess).
-    ABSL_ATTRIBUTE_NOINLINE void CountDetail(const policy::Snapshot& snapshot,
-                                             const emulator::Trap& trap,
-                                             const emulator::Instruction& decoded,
-                                             emulator::DecodeError decode_error,
-                                             const emulator::Outcome& out,
-                                             const CachedDomain& cached);
+    // The count_by_domain_and_msr half of a trap: in line, one store for
+    // the trap and one at a named MSR's slot; CountMsrDetail out of line for
+    // the rest of the MSR accesses. The first access of a (domain, MSR,
+    // access) decided by a GP rule or the unknown-MSR mode is logged once
+    // per process (LogFirstAccess).
+    void Count(const policy::Snapshot& snapshot, const emulator::Trap& trap,
+               const emulator::Instruction& decoded, emulator::DecodeError decode_error,
+               const emulator::Outcome& out, const CachedDomain& cached);
+    ABSL_ATTRIBUTE_NOINLINE void CountMsrDetail(const policy::Snapshot& snapshot,
+                                                const emulator::Trap& trap, bool write,
+                                                const emulator::Outcome& out,
+                                                const CachedDomain& cached);
 
     static_assert(TrapCountTables::kMaxDomains < 0xffff, "a block fits CachedDomain::block");
     // The domain's compiled policy in the current snapshot, from a small

@@ -278,7 +278,36 @@ TEST_F(SlotCountsTest, SeveralSessionsCountingAtOnceSumToTheTrapsSent) {
   uint64_t sum = 0;
   for (const dispatch::MsrCount& c : dispatcher_->CountsByKey().msrs) sum += c.count;
   EXPECT_EQ(sum, uint64_t{kThreads} * kRounds * accesses.size());
+  // A counting session counts each trap once, by (domain, instruction,
+  // outcome); Stats() and the series by kind are both sums of that.
+  uint64_t kinds = 0;
+  for (const dispatch::KindCount& c : dispatcher_->CountsByKey().kinds) kinds += c.count;
+  EXPECT_EQ(kinds, uint64_t{kThreads} * kRounds * accesses.size());
+  const dispatch::TrapStats stats = dispatcher_->Stats();
+  EXPECT_EQ(stats.traps, uint64_t{kThreads} * kRounds * accesses.size());
+  EXPECT_EQ(stats.exceptions, uint64_t{kThreads} * kRounds * 2);  // 0x12345600 and 0x7777
   EXPECT_EQ(Logged("first read of MSR 0x12345600 by domain 10"), 1);
+}
+
+TEST_F(SlotCountsTest, StatsOfACountingSessionCountDecodeErrorsAndEndedSessions) {
+  {
+    auto ended = dispatcher_->NewSession();
+    for (int i = 0; i < 3; ++i) ended->Handle(Rdmsr(10, 0x12345601));
+  }
+  auto session = dispatcher_->NewSession();
+  emulator::Trap bad = Rdmsr(10, 0x12345601);
+  bad.insn[0] = 0x0f;
+  bad.insn[1] = 0xff;  // UD0 without its ModRM: not a privileged instruction
+  bad.insn_len = 2;
+  emulator::DecodeError error = emulator::DecodeError::kOk;
+  session->Handle(bad, nullptr, &error);
+  ASSERT_NE(error, emulator::DecodeError::kOk);
+  session->Handle(Rdmsr(11, 0x12345600));
+  const dispatch::TrapStats stats = dispatcher_->Stats();
+  EXPECT_EQ(stats.traps, 5u);
+  EXPECT_EQ(stats.completed, 3u);
+  EXPECT_EQ(stats.decode_errors, 1u);
+  EXPECT_EQ(stats.completed + stats.exceptions + stats.unhandled + stats.device_io, 5u);
 }
 
 // Off (the default): Stats() still counts every trap, ended sessions
