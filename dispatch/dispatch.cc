@@ -624,12 +624,34 @@ void Dispatcher::Session::CountMsrDetail(const policy::Snapshot& snapshot,
   const uint8_t entry_relaxed =
       view.relaxed() & (write ? policy::MsrEntry::kRelaxedWrite : policy::MsrEntry::kRelaxedRead);
   std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
-  if (view.slot() != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0)) {
+  const uint32_t slot = view.slot() & ~policy::MsrIndex::kUnnamedSlot;
+  bool at_slot = slot != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0);
+  if (at_slot && (view.slot() & policy::MsrIndex::kUnnamedSlot) != 0) {
+    // A position no rule names: this MSR's if it is free or already lent to
+    // it (TrapCountTables::LentTo), with the codes a named slot's layout
+    // would give it.
+    std::atomic<uint64_t>& meta = tables.MetaAt(slots, slot);
+    const uint64_t m = meta.load(std::memory_order_relaxed);
+    if (m == 0) {
+      const emulator::MsrDecision& d = view.decision();
+      meta.store(TrapCountTables::SlotMeta(
+                     view.msr(),
+                     TrapCountTables::MsrCode(false, d,
+                                              (view.relaxed() & policy::MsrEntry::kRelaxedRead) != 0),
+                     TrapCountTables::MsrCode(true, d,
+                                              (view.relaxed() & policy::MsrEntry::kRelaxedWrite) != 0)),
+                 std::memory_order_relaxed);
+    } else {
+      at_slot = TrapCountTables::LentTo(m, view.msr());
+    }
+  }
+  if (at_slot) {
     // Count counts a slot in line but for its first count this generation
-    // and a learning domain's accesses.
-    std::atomic<uint64_t>& c = slots[(view.slot() - 1) * 2 + (write ? 1 : 0)];
+    // and a learning domain's accesses. Release: a reader that sees the
+    // count sees a lent slot's meta.
+    std::atomic<uint64_t>& c = slots[(slot - 1) * 2 + (write ? 1 : 0)];
     const uint64_t n = c.load(std::memory_order_relaxed);
-    c.store(n + 1, std::memory_order_relaxed);
+    c.store(n + 1, std::memory_order_release);
     if (n != 0) return;
     // This generation's first: the session's first unless an earlier
     // generation's count was folded under the same key.
@@ -672,13 +694,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Dispatcher::Session::Count(
   // A named MSR whose answer is its entry's, after its first count: one load
   // and one store at its slot. The rest (a first count, an MSR no rule names
   // alone, a relaxed access) out of line.
+  // An MSR no rule names counts the same way at the free slot its look-up
+  // stopped at, once that slot is lent to it (one more load).
   std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
-  if (view.slot() != 0 && slots != nullptr && !out.relaxed && view.relaxed() == 0) [[likely]] {
-    std::atomic<uint64_t>& c = slots[(view.slot() - 1) * 2 + (write ? 1 : 0)];
-    const uint64_t n = c.load(std::memory_order_relaxed);
-    if (n != 0) [[likely]] {
-      c.store(n + 1, std::memory_order_relaxed);
-      return;
+  const uint32_t slot = view.slot() & ~policy::MsrIndex::kUnnamedSlot;
+  if (slot != 0 && slots != nullptr && !out.relaxed && view.relaxed() == 0) [[likely]] {
+    if ((view.slot() & policy::MsrIndex::kUnnamedSlot) == 0 ||
+        TrapCountTables::LentTo(tables.MetaAt(slots, slot).load(std::memory_order_relaxed),
+                                view.msr())) {
+      std::atomic<uint64_t>& c = slots[(slot - 1) * 2 + (write ? 1 : 0)];
+      const uint64_t n = c.load(std::memory_order_relaxed);
+      if (n != 0) [[likely]] {
+        c.store(n + 1, std::memory_order_relaxed);
+        return;
+      }
     }
   }
   CountMsrDetail(snapshot, trap, write, out, cached);

@@ -239,7 +239,8 @@ struct TrapCountTables {
   // into `msrs` by key (FoldSlots); readers bracket what they read with
   // layout_seq (a seqlock: odd while folding) and retry. MSRs no rule names
   // alone, domains past the arena and reserved-bit relaxations count in
-  // `msrs` as before.
+  // `msrs` as before, but for the first unnamed MSR each empty position of
+  // the exact table meets: it counts there as a named one does (LentTo).
   static constexpr uint32_t kSlotCounters = 8192;  // 64 KiB a counting session
   std::atomic<uint64_t> slot_counts[kSlotCounters] = {};
   // Per slot (counter pair): kUsed | read code << 42 | write code << 37 |
@@ -255,6 +256,19 @@ struct TrapCountTables {
 
   static uint64_t SlotMeta(uint32_t msr, uint32_t read_code, uint32_t write_code) {
     return kUsed | uint64_t{read_code & 31} << 42 | uint64_t{write_code & 31} << 37 | msr;
+  }
+  // The meta of slot `slot` (1..) of the region whose counters begin at
+  // `counters` (what SlotsFor returned).
+  std::atomic<uint64_t>& MetaAt(const std::atomic<uint64_t>* counters, uint32_t slot) {
+    return slot_meta[(counters - slot_counts) / 2 + slot - 1];
+  }
+  // Whether `meta` is lent to `msr`, for a slot no rule names: a position the
+  // exact table leaves empty counts for the first MSR no rule names whose
+  // probe stops there (MsrIndex::FindCounted); any other such MSR counts by
+  // key. The writer lends it, in CountMsrDetail; a new generation's layout
+  // takes it back (FoldSlots).
+  static bool LentTo(uint64_t meta, uint32_t msr) {
+    return (meta & kUsed) != 0 && static_cast<uint32_t>(meta) == msr;
   }
   // The writer, when the session's domain cache takes `block` in a new
   // generation: its counters (two per slot), laid out now if they were not,
@@ -292,7 +306,8 @@ struct TrapCountTables {
       if (end == 0) continue;
       const uint32_t domain = domain_ids[b].load(std::memory_order_relaxed);
       for (uint32_t c = region_begin[b].load(std::memory_order_relaxed); c < end; ++c) {
-        const uint64_t n = slot_counts[c].load(std::memory_order_relaxed);
+        // Acquire: a lent slot's meta is stored before its first count.
+        const uint64_t n = slot_counts[c].load(std::memory_order_acquire);
         if (n == 0) continue;
         const uint64_t meta = slot_meta[c / 2].load(std::memory_order_relaxed);
         if (meta == 0) continue;

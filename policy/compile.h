@@ -132,9 +132,11 @@ class DomainSnapshot {
   // on a miss one probe of the range page table (policy/msr_index.h). In a
   // LEARN domain what would fault is relaxed (MsrEntry::relaxed says what).
   const MsrEntry& Lookup(uint32_t msr) const { return effective_[index_.Find(msr)]; }
-  // Lookup, with the MSR's count slot (1..count_slots()), or 0 when no
-  // rule names it on its own: what counting per MSR indexes by, so that a
-  // count needs no hashing (MsrIndex::FindCounted).
+  // Lookup, with the MSR's count slot (1..count_slots()); for an MSR no
+  // rule names on its own, the free slot its probe stopped at, marked
+  // MsrIndex::kUnnamedSlot (0 when the domain names no MSR): what counting
+  // per MSR indexes by, so that a count needs no hashing
+  // (MsrIndex::FindCounted).
   const MsrEntry& LookupCounted(uint32_t msr, uint32_t* slot) const {
     return effective_[index_.FindCounted(msr, slot)];
   }

@@ -53,20 +53,28 @@ class MsrIndex {
 
   // Find, also saying where the MSR's count lives (dispatch/trap_counts.h):
   // *slot is its single's position in the exact table plus one (at most
-  // slots()), or 0 when no rule names it on its own. Same cost as Find: the
-  // position is where the probe stopped.
+  // slots()). For an MSR no rule names on its own it is the empty position
+  // its probe stopped at, plus one, with kUnnamedSlot set: a position no
+  // single holds, which a counter may lend to the first such MSR it sees
+  // there. 0 when the table is empty. Same cost as Find: the position is
+  // where the probe stopped.
+  static constexpr uint32_t kUnnamedSlot = uint32_t{1} << 31;
   uint32_t FindCounted(uint32_t msr, uint32_t* slot) const {
-    if (!singles_.empty()) {
+    if (singles_.empty()) {
+      *slot = 0;
+    } else {
       for (uint32_t i = Slot(msr, singles_shift_);; i = (i + 1) & singles_mask_) {
         const Entry& e = singles_[i];
-        if (e.value == 0) break;
+        if (e.value == 0) {
+          *slot = kUnnamedSlot | (i + 1);
+          break;
+        }
         if (e.key == msr) {
           *slot = i + 1;
           return e.value - 1;
         }
       }
     }
-    *slot = 0;
     if (intervals_.empty()) return fallback_;
     return FindInIntervals(msr);
   }

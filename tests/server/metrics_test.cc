@@ -21,6 +21,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "base/textproto.h"
 #include "gmock/gmock.h"
@@ -207,6 +208,43 @@ TEST_F(SlotCountsTest, ANamedMsrsCountSurvivesEditsAndItsFirstAccessIsLoggedOnce
   session.reset();
   EXPECT_EQ(Count(1, 0x12345600, false, dispatch::MsrAction::kGp), 12u);
   EXPECT_EQ(Count(1, 0x40000010, false, dispatch::MsrAction::kZero), 3u);
+}
+
+TEST_F(SlotCountsTest, UnnamedMsrsWhoseLookUpsStopAtOneFreeSlotEachCountExactly) {
+  // Two MSRs no rule names whose look-ups stop at the same free position of
+  // domain 1's exact table: the first one seen is lent the position's slot,
+  // the other counts by key; across an edit (a new layout) the order swaps.
+  const policy::DomainSnapshot& snap = store_->Current()->ForDomain(1);
+  std::map<uint32_t, uint32_t> first_at;  // slot -> MSR
+  uint32_t a = 0, b = 0;
+  for (uint32_t msr = 0x50000000; b == 0 && msr < 0x50010000; ++msr) {
+    uint32_t slot = 0;
+    (void)snap.LookupCounted(msr, &slot);
+    ASSERT_NE(slot & policy::MsrIndex::kUnnamedSlot, 0u) << std::hex << msr;
+    auto [it, added] = first_at.emplace(slot, msr);
+    if (!added) {
+      a = it->second;
+      b = msr;
+    }
+  }
+  ASSERT_NE(b, 0u) << "no two MSRs share a free slot";
+  auto session = dispatcher_->NewSession();
+  for (int round = 0; round < 2; ++round) {
+    const uint32_t first = round == 0 ? a : b, second = round == 0 ? b : a;
+    for (int i = 0; i < 5; ++i) session->Handle(Rdmsr(1, first));
+    for (int i = 0; i < 3; ++i) session->Handle(Rdmsr(1, second));
+    session->Handle(Rdmsr(1, second, /*write=*/true));
+    session->Handle(Rdmsr(1, first, /*write=*/true));
+    Edit();
+  }
+  EXPECT_EQ(Count(1, a, false, dispatch::MsrAction::kUnknownGp), 8u);
+  EXPECT_EQ(Count(1, b, false, dispatch::MsrAction::kUnknownGp), 8u);
+  EXPECT_EQ(Count(1, a, true, dispatch::MsrAction::kUnknownGp), 2u);
+  EXPECT_EQ(Count(1, b, true, dispatch::MsrAction::kUnknownGp), 2u);
+  for (uint32_t msr : {a, b}) {
+    EXPECT_EQ(Logged(absl::StrFormat("first read of MSR %#x by domain 1", msr)), 1);
+    EXPECT_EQ(Logged(absl::StrFormat("first write of MSR %#x by domain 1", msr)), 1);
+  }
 }
 
 TEST_F(SlotCountsTest, EachDomainsSlotsKeepItsOwnActions) {
