@@ -83,8 +83,17 @@ absl::Status Applier::ApplyLocked(int64_t revision, LevelSet layers,
   for (auto it = layers.begin(); it != layers.end();) {
     it = keys_.Classify(it->first).has_value() ? std::next(it) : layers.erase(it);
   }
-  absl::StatusOr<policy::LoadedPolicy> composed = Compose(base_, keys_, layers, store_.host_vendor());
+  // An edit of this host's checked exactly these layers: its compile is
+  // published as it is. Any other revision (another key moved meanwhile)
+  // is composed and compiled here.
+  std::optional<Candidate> checked;
+  if (candidate_.has_value() && candidate_->layers == layers) checked = std::move(candidate_);
+  candidate_.reset();
+  absl::StatusOr<policy::LoadedPolicy> composed =
+      checked.has_value() ? std::move(checked->composed)
+                          : Compose(base_, keys_, layers, store_.host_vendor());
   times_.composed = absl::Now();
+  times_.checked = checked.has_value();
   if (!composed.ok()) return Refuse(revision, composed.status(), layers);
 
   const uint64_t generation = store_.generation();
@@ -116,7 +125,8 @@ absl::Status Applier::ApplyLocked(int64_t revision, LevelSet layers,
     options.who = absl::StrCat("fleet revision ", revision, ": ",
                                changed.empty() ? "no layer changed" : absl::StrJoin(changed, "; "));
     absl::StatusOr<policy::EditResult> result =
-        store_.ApplyPolicyAtGeneration(composed->policy, composed->source, revision, options);
+        store_.ApplyPolicyAtGeneration(composed->policy, composed->source, revision, options,
+                                       checked.has_value() ? &checked->compiled : nullptr);
     if (!result.ok()) return Refuse(revision, result.status(), layers);
   }
   times_.committed = absl::Now();
@@ -139,8 +149,7 @@ Applier::ApplyTimes Applier::LastApplyTimes() const {
   return times_;
 }
 
-absl::Status Applier::Check(const std::string& key,
-                            const std::optional<std::string>& value) const {
+absl::Status Applier::Check(const std::string& key, const std::optional<std::string>& value) {
   if (!keys_.Classify(key).has_value()) return absl::OkStatus();
   LevelSet layers;
   {
@@ -155,9 +164,12 @@ absl::Status Applier::Check(const std::string& key,
   absl::StatusOr<policy::LoadedPolicy> composed = Compose(base_, keys_, layers, store_.host_vendor());
   if (!composed.ok()) return composed.status();
   // Compiling for this host's vendor is the one check composition leaves.
-  absl::StatusOr<std::unique_ptr<policy::Store>> trial =
-      policy::Store::FromPolicy(composed->policy, composed->source, store_.host_vendor());
-  return trial.status();
+  absl::StatusOr<policy::UnstampedSnapshot> compiled = policy::UnstampedSnapshot::Compile(
+      composed->policy, composed->source, store_.host_vendor());
+  if (!compiled.ok()) return compiled.status();
+  absl::MutexLock lock(&mu_);
+  candidate_ = Candidate{std::move(layers), *std::move(composed), *std::move(compiled)};
+  return absl::OkStatus();
 }
 
 bool Applier::WaitSeen(int64_t revision, absl::Duration timeout) const {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "policy/compile.h"
 #include "policy/loader.h"
 #include "policy/store.h"
 #include "pvemu/v1/fleet.pb.h"
@@ -59,8 +60,11 @@ class Applier {
 
   // Whether the current layers, with `key` set to `value` (nullopt: the key
   // deleted), compose and compile for this host: an edit's check before it
-  // is written. OK for a key that is not this host's.
-  absl::Status Check(const std::string& key, const std::optional<std::string>& value) const;
+  // is written. OK for a key that is not this host's. The compiled result
+  // is kept for Apply: when the watch brings exactly those layers (the
+  // edit's own revision, nothing else changed), it is published without
+  // composing and compiling again.
+  absl::Status Check(const std::string& key, const std::optional<std::string>& value);
 
   // Waits until the host has seen (applied or refused) `revision` or later;
   // false after `timeout`.
@@ -75,6 +79,7 @@ class Applier {
   struct ApplyTimes {
     int64_t revision = 0;
     absl::Time started, composed, committed;
+    bool checked = false;  // published an edit's compile from Check
   };
   ApplyTimes LastApplyTimes() const;
   const FleetKeys& keys() const { return keys_; }
@@ -97,8 +102,16 @@ class Applier {
   const std::string state_dir_;
   const std::string url_;
 
+  // The last Check's layers, composed and compiled.
+  struct Candidate {
+    LevelSet layers;
+    policy::LoadedPolicy composed;
+    policy::UnstampedSnapshot compiled;
+  };
+
   mutable absl::Mutex mu_;
   HostView view_ ABSL_GUARDED_BY(mu_);
+  std::optional<Candidate> candidate_ ABSL_GUARDED_BY(mu_);
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   ApplyTimes times_ ABSL_GUARDED_BY(mu_);
 };

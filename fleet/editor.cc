@@ -279,11 +279,14 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     std::fprintf(stderr,
                  "pvemud: fleet trace: edit of %s at revision %lld: read %.3f ms, new value and "
                  "checks %.3f ms, txn %.3f ms, watch event %.3f ms, compose %.3f ms, store "
-                 "(validate, compile, persist, swap) %.3f ms, to the answer %.3f ms; total %.3f ms\n",
+                 "(validate, compile, persist, swap) %.3f ms%s, to the answer %.3f ms; total "
+                 "%.3f ms\n",
                  key.c_str(), static_cast<long long>(revision), Ms(began, was_read),
                  Ms(was_read, checked_at), Ms(checked_at, committed_at),
                  mine ? Ms(committed_at, t.started) : -1.0, mine ? Ms(t.started, t.composed) : -1.0,
-                 mine ? Ms(t.composed, t.committed) : -1.0, mine ? Ms(t.committed, seen) : -1.0,
+                 mine ? Ms(t.composed, t.committed) : -1.0,
+                 mine && t.checked ? " (the check's compile)" : "",
+                 mine ? Ms(t.committed, seen) : -1.0,
                  Ms(began, seen));
   }
   const HostView view = applier_.View();

@@ -94,6 +94,8 @@ class Compiler {
                                                          const Layer* overlay,
                                                          const std::string& overlay_path);
   absl::StatusOr<std::shared_ptr<const Snapshot>> All(uint64_t generation);
+  // All, at generation 0, for UnstampedSnapshot.
+  absl::StatusOr<std::shared_ptr<Snapshot>> AllUnstamped();
 
  private:
   // Where a rule comes from, in increasing precedence.
@@ -645,8 +647,13 @@ std::vector<DomainSnapshot::NamedSpan> DomainSnapshot::NamedMsrs() const {
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> Compiler::All(uint64_t generation) {
-  auto snap = std::shared_ptr<Snapshot>(new Snapshot);
+  ASSIGN_OR_RETURN(std::shared_ptr<Snapshot> snap, AllUnstamped());
   snap->generation_ = generation;
+  return std::shared_ptr<const Snapshot>(std::move(snap));
+}
+
+absl::StatusOr<std::shared_ptr<Snapshot>> Compiler::AllUnstamped() {
+  auto snap = std::shared_ptr<Snapshot>(new Snapshot);
   snap->host_vendor_ = host_;
   snap->policy_ = policy_;
   for (int i = 0; i < policy_.domain_size(); ++i) {
@@ -659,7 +666,7 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Compiler::All(uint64_t generatio
   ASSIGN_OR_RETURN(snap->other_, Domain(1, nullptr, ""));
   // The generic snapshot answers for every domain without an overlay.
   snap->other_->context_.domain = 0xffffffffu;
-  return std::shared_ptr<const Snapshot>(std::move(snap));
+  return snap;
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> CompilePolicy(const Policy& policy,
@@ -685,6 +692,20 @@ absl::StatusOr<std::unique_ptr<const DomainSnapshot>> CompileDomain(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DomainSnapshot> d, c.Domain(domid, nullptr, ""));
   return std::unique_ptr<const DomainSnapshot>(std::move(d));
+}
+
+absl::StatusOr<UnstampedSnapshot> UnstampedSnapshot::Compile(const Policy& policy,
+                                                             const SourceMap& source,
+                                                             pvemu::v1::Vendor host_vendor) {
+  RETURN_IF_ERROR(ValidatePolicy(policy, source));
+  Compiler c(policy, source, host_vendor);
+  ASSIGN_OR_RETURN(std::shared_ptr<Snapshot> snap, c.AllUnstamped());
+  return UnstampedSnapshot(std::move(snap));
+}
+
+std::shared_ptr<const Snapshot> UnstampedSnapshot::Stamp(uint64_t generation) && {
+  snap_->generation_ = generation;
+  return std::shared_ptr<const Snapshot>(std::move(snap_));
 }
 
 }  // namespace pvemu::policy

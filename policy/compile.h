@@ -248,6 +248,7 @@ class DomainSnapshot {
 };
 
 // A whole host's compiled policy at one generation.
+class UnstampedSnapshot;
 class Snapshot {
  public:
   uint64_t generation() const { return generation_; }
@@ -265,6 +266,7 @@ class Snapshot {
 
  private:
   friend class Compiler;
+  friend class UnstampedSnapshot;
   Snapshot() = default;
 
   uint64_t generation_ = 0;
@@ -280,6 +282,25 @@ class Snapshot {
 absl::StatusOr<std::shared_ptr<const Snapshot>> CompilePolicy(
     const pvemu::v1::Policy& policy, const SourceMap& source,
     pvemu::v1::Vendor host_vendor, uint64_t generation);
+
+// A policy compiled before its generation is known: fleet mode checks an
+// edit's candidate by compiling it before etcd commits the edit and numbers
+// it, and publishes that same compile at the revision (Store::
+// ApplyPolicyAtGeneration) rather than compiling it twice.
+class UnstampedSnapshot {
+ public:
+  // Validates and compiles, as CompilePolicy does.
+  static absl::StatusOr<UnstampedSnapshot> Compile(const pvemu::v1::Policy& policy,
+                                                   const SourceMap& source,
+                                                   pvemu::v1::Vendor host_vendor);
+  // The snapshot at `generation`; this one is then empty.
+  std::shared_ptr<const Snapshot> Stamp(uint64_t generation) &&;
+  bool empty() const { return snap_ == nullptr; }
+
+ private:
+  explicit UnstampedSnapshot(std::shared_ptr<Snapshot> snap) : snap_(std::move(snap)) {}
+  std::shared_ptr<Snapshot> snap_;  // nobody else's until stamped
+};
 
 // Compiles one domain (for tests and `explain` of a hypothetical domain).
 absl::StatusOr<std::unique_ptr<const DomainSnapshot>> CompileDomain(

@@ -333,8 +333,11 @@ absl::Status Store::CheckGeneration(const EditOptions& options) const {
 
 absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& source,
                                          const EditOptions& options, const char* method,
-                                         std::string layer, uint64_t next) {
-  RETURN_IF_ERROR(ValidatePolicy(candidate, source));
+                                         std::string layer, uint64_t next,
+                                         UnstampedSnapshot* compiled) {
+  if (compiled != nullptr && (compiled->empty() || !state_dir_.empty())) compiled = nullptr;
+  // A compile the caller brings was validated by it.
+  if (compiled == nullptr) RETURN_IF_ERROR(ValidatePolicy(candidate, source));
   if (next == 0) next = generation() + 1;
   std::string candidate_text = ToTextProto(candidate);
   const std::string text = state_dir_.empty() ? std::string() : StateText(candidate_text, next);
@@ -380,8 +383,12 @@ absl::StatusOr<EditResult> Store::Commit(Policy candidate, const SourceMap& sour
         if (reparsed_ok.ok()) stored = SourceMap::FromParseInfo(path, reparsed, tree);
       }
     }
-    snap = reparsed_ok.ok() ? CompilePolicy(candidate, stored, host_vendor_, next)
-                            : absl::StatusOr<std::shared_ptr<const Snapshot>>(reparsed_ok);
+    if (compiled != nullptr) {
+      snap = std::move(*compiled).Stamp(next);
+    } else {
+      snap = reparsed_ok.ok() ? CompilePolicy(candidate, stored, host_vendor_, next)
+                              : absl::StatusOr<std::shared_ptr<const Snapshot>>(reparsed_ok);
+    }
     if (fail_next_compile_.exchange(false)) snap = absl::InternalError("compile failure injected by a test");
   }
   if (!policy_text_.has_value()) policy_text_ = ToTextProto(policy_);
@@ -439,7 +446,8 @@ absl::StatusOr<EditResult> Store::ApplyPolicy(const Policy& policy, const Source
 absl::StatusOr<EditResult> Store::ApplyPolicyAtGeneration(const Policy& policy,
                                                           const SourceMap& source,
                                                           uint64_t generation,
-                                                          const EditOptions& options) {
+                                                          const EditOptions& options,
+                                                          UnstampedSnapshot* compiled) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckGeneration(options));
   if (generation <= this->generation()) {
@@ -448,7 +456,7 @@ absl::StatusOr<EditResult> Store::ApplyPolicyAtGeneration(const Policy& policy,
         "generations only move forward",
         generation, this->generation()));
   }
-  return Commit(policy, source, options, "FleetApply", "all", generation);
+  return Commit(policy, source, options, "FleetApply", "all", generation, compiled);
 }
 
 absl::StatusOr<EditResult> Store::ApplyLayer(LayerRef layer, const Policy& layer_policy,

@@ -124,10 +124,15 @@ class Store {
   // with a state dir) like ApplyPolicy; FAILED_PRECONDITION unless
   // `generation` is above the current one, so readers always see the
   // generation move forward. options.if_generation is checked as usual.
+  // `compiled`, when given and not empty, is `policy` already validated and
+  // compiled from `source` for this store's vendor (UnstampedSnapshot): it
+  // is published as it is, stamped with `generation`, instead of compiling
+  // `policy` again.
   absl::StatusOr<EditResult> ApplyPolicyAtGeneration(const pvemu::v1::Policy& policy,
                                                      const SourceMap& source,
                                                      uint64_t generation,
-                                                     const EditOptions& options);
+                                                     const EditOptions& options,
+                                                     UnstampedSnapshot* compiled = nullptr);
 
   // What ApplyPolicy / ApplyLayer would change (text, "" for nothing);
   // INVALID_ARGUMENT if the candidate is invalid.
@@ -173,9 +178,12 @@ class Store {
 
   // Validates, compiles, persists and publishes `candidate`. REQUIRES: mu_.
   // `next`: the generation to publish at (0: the current one plus one).
+  // `compiled`: candidate's compile, when the caller has it (an in-memory
+  // store only; one with a state dir compiles with the stored positions).
   absl::StatusOr<EditResult> Commit(pvemu::v1::Policy candidate, const SourceMap& source,
                                     const EditOptions& options, const char* method,
-                                    std::string layer, uint64_t next = 0)
+                                    std::string layer, uint64_t next = 0,
+                                    UnstampedSnapshot* compiled = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckGeneration(const EditOptions& options) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

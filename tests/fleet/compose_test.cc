@@ -2,6 +2,9 @@
 // composition of its layers (fleet/keys.h, compose.h).
 #include "fleet/compose.h"
 
+#include "fleet/applier.h"
+#include "policy/store.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "policy/compile.h"
@@ -173,6 +176,32 @@ TEST_F(ComposeTest, ABadLayerIsReportedWithItsKeyAndLine) {
   EXPECT_THAT(Compose(Base(), keys_, layers, v1::INTEL),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("exactly one `domain { domain: 3 ... }`")));
+}
+
+// The applier against an in-memory store: an edit's checked compile is the
+// one published when its revision brings exactly the checked layers.
+TEST_F(ComposeTest, AnEditsCheckedCompileIsPublishedWhenItsRevisionBringsExactlyThoseLayers) {
+  auto store = policy::Store::FromPolicy(Base().policy, Base().source, v1::INTEL);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Applier applier(**store, Base(), keys_, "", "etcd://test");
+  const std::string def = "/p/policy/default", web = "/p/policy/class/web";
+  const std::string v1 = "default { msr { msr: \"0x1b0\" read: CONST value: 1 } }";
+  const std::string v2 = "default { msr { msr: \"0x1b0\" read: CONST value: 2 } }";
+  ASSERT_TRUE(applier.Check(def, v1).ok());
+  ASSERT_TRUE(applier.Apply(10, {{def, v1}}).ok());
+  EXPECT_TRUE(applier.LastApplyTimes().checked);
+  EXPECT_EQ((*store)->Current()->generation(), 10u);
+  EXPECT_THAT(ReadAction({(*store)->Current()->policy(), policy::SourceMap("x")}, v1::INTEL, 0x1b0),
+              HasSubstr("CONST 1 @"));
+  // Checked, but the revision also brings another key: composed anew.
+  ASSERT_TRUE(applier.Check(def, v2).ok());
+  ASSERT_TRUE(applier.Apply(11, {{def, v2}, {web, v1}}).ok());
+  EXPECT_FALSE(applier.LastApplyTimes().checked);
+  EXPECT_EQ((*store)->Current()->generation(), 11u);
+  // A check is used once: the next revision of the same layers composes.
+  ASSERT_TRUE(applier.Apply(12, {{def, v1}}).ok());
+  EXPECT_FALSE(applier.LastApplyTimes().checked);
+  EXPECT_EQ((*store)->Current()->generation(), 12u);
 }
 
 }  // namespace
