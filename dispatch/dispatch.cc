@@ -58,6 +58,7 @@ class Dispatcher::DomainView final : public emulator::Domain {
   void Reset(const policy::DomainSnapshot& snap, uint32_t domain) {
     snap_ = &snap;
     domain_ = domain;
+    if constexpr (kCounting) slot_ = kNoLookup;
   }
 
   const MsrDecision& decision() const { return decision_; }
@@ -67,20 +68,15 @@ class Dispatcher::DomainView final : public emulator::Domain {
 
   const MsrDecision& Msr(uint32_t index) const override {
     if constexpr (kCounting) {
-      looked_up_ = true;
       msr_ = index;
       return Decide(snap_->LookupCounted(index, &slot_));
     } else {
       return Decide(snap_->Lookup(index));
     }
   }
-  // Counting: whether Msr() ran since the last call (so: during this trap),
-  // which MSR, and its slot (0: no rule names the MSR alone).
-  bool TakeLookup() {
-    const bool looked_up = looked_up_;
-    looked_up_ = false;
-    return looked_up;
-  }
+  // Counting: whether Msr() ran during this trap (since Reset), which MSR,
+  // and its slot (policy::DomainSnapshot::LookupCounted).
+  bool LookedUp() const { return slot_ != kNoLookup; }
   uint32_t msr() const { return msr_; }
   uint32_t slot() const { return slot_; }
 
@@ -151,10 +147,10 @@ class Dispatcher::DomainView final : public emulator::Domain {
   const bool allow_host_writes_;
   mutable MsrDecision decision_;  // Msr()'s answer, valid until the next call
   mutable uint8_t relaxed_ = 0;
-  // Counting only.
-  mutable bool looked_up_ = false;
+  // Counting only. No slot LookupCounted gives has every bit set.
+  static constexpr uint32_t kNoLookup = ~uint32_t{0};
   mutable uint32_t msr_ = 0;
-  mutable uint32_t slot_ = 0;
+  mutable uint32_t slot_ = kNoLookup;
 };
 
 // One session's counters: its tables, written only by its thread (relaxed
@@ -688,7 +684,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Dispatcher::Session::Count(
   tables.CountTrap(cached.block,
                    decoded_ok ? static_cast<int>(decoded.kind) : TrapCountTables::kUndecodable,
                    out.kind);
-  if (!view.TakeLookup() || !decoded_ok) return;
+  if (!view.LookedUp() || !decoded_ok) return;
   const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
   if (!write && decoded.kind != emulator::InsnKind::kRdmsr) [[unlikely]] return;
   // A named MSR whose answer is its entry's, after its first count: one load
