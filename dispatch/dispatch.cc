@@ -688,10 +688,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Dispatcher::Session::Count(
   const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
   if (!write && decoded.kind != emulator::InsnKind::kRdmsr) [[unlikely]] return;
   // A named MSR whose answer is its entry's, after its first count: one load
-  // and one store at its slot. The rest (a first count, an MSR no rule names
-  // alone, a relaxed access) out of line.
-  // An MSR no rule names counts the same way at the free slot its look-up
-  // stopped at, once that slot is lent to it (one more load).
+  // and one store at its slot; an MSR no rule names, the same at the free
+  // slot its look-up stopped at once that slot is lent to it (one more
+  // load). The rest (a first count, a slot lent to another MSR, a learning
+  // domain's access) out of line.
   std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
   const uint32_t slot = view.slot() & ~policy::MsrIndex::kUnnamedSlot;
   if (slot != 0 && slots != nullptr && !out.relaxed && view.relaxed() == 0) [[likely]] {
