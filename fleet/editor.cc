@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -159,40 +160,58 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   const absl::Time began = absl::Now();
   const FleetKeys& keys = applier_.keys();
   const std::string key = keys.Level(edit.level);
-  // The layer as it is: one of this host's keys comes from the watch cache,
-  // without a round trip; any other key from a linearizable read. The Txn
-  // compares the mod_revision read, so a cache behind etcd only fails the
-  // compare; the Txn's failure branch then reads the layer as it is, and
-  // the edit is made once more from that (Kubernetes' GuaranteedUpdate). A
-  // second failure is a real race: ABORTED.
+  // The layer as it is. One of this host's keys comes from the watch cache
+  // at once, and the edit is made from it while a linearizable read of the
+  // key runs beside it: the read is still the edit's check that etcd has a
+  // quorum (without one, nothing is sent and the edit fails cleanly, never
+  // "outcome unknown"), but it costs no time of its own. When the read
+  // finds the cache behind, the edit is made again from what etcd holds.
+  // Any other key is read first, as before.
+  const auto read_now = [this, &key]() -> absl::StatusOr<std::optional<KeyValue>> {
+    absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+    if (!read.ok()) return read.status();
+    if (read->kvs.empty()) return std::optional<KeyValue>();
+    return std::optional<KeyValue>(std::move(read->kvs[0]));
+  };
   std::optional<KeyValue> current;
-  bool from_cache = false;
+  std::future<absl::StatusOr<std::optional<KeyValue>>> verify;
   if (std::optional<Watcher::CachedValue> cached =
           watcher_ != nullptr ? watcher_->Cached(key) : std::nullopt;
       cached.has_value()) {
     current = std::move(cached->kv);
-    from_cache = true;
+    verify = std::async(std::launch::async, read_now);
   } else {
-    absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
+    absl::StatusOr<std::optional<KeyValue>> read = read_now();
     if (!read.ok()) return NotWritten(read.status(), key);
-    if (!read->kvs.empty()) current = read->kvs[0];
+    current = *std::move(read);
   }
+  // Waits for the read beside the edit: true when it found what the edit
+  // was made from (or there was none), false when `current` moved on.
+  const auto verified = [&]() -> absl::StatusOr<bool> {
+    if (!verify.valid()) return true;
+    absl::StatusOr<std::optional<KeyValue>> read = verify.get();
+    if (!read.ok()) return NotWritten(read.status(), key);
+    const int64_t seen = read->has_value() ? (*read)->mod_revision : 0;
+    if (seen == (current.has_value() ? current->mod_revision : 0)) return true;
+    current = *std::move(read);
+    return false;
+  };
   const absl::Time was_read = absl::Now();
   absl::Time checked_at, committed_at;
   std::string value;
   int64_t mod_revision = 0;
   absl::StatusOr<etcdserverpb::TxnResponse> done;
+  // One Txn that compares the revision the edit was made from; when another
+  // editor won meanwhile, its failure branch returns the layer as it is and
+  // the edit is made once more from that (Kubernetes' GuaranteedUpdate),
+  // unless it asked for one revision (--if-revision). A second loss:
+  // ABORTED.
+  bool remade = false;
   for (;;) {
     mod_revision = current.has_value() ? current->mod_revision : 0;
     if (edit.if_revision != 0 && edit.if_revision != mod_revision) {
-      if (from_cache) {  // the cache may be behind: ask etcd
-        absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
-        if (!read.ok()) return NotWritten(read.status(), key);
-        current.reset();
-        if (!read->kvs.empty()) current = read->kvs[0];
-        from_cache = false;
-        continue;
-      }
+      ASSIGN_OR_RETURN(const bool same, verified());
+      if (!same) continue;  // the cache was behind: compare with etcd's
       return absl::AbortedError(absl::StrCat(
           key, " is at revision ", mod_revision, ", not ", edit.if_revision,
           "; re-read it with `pvemuctl fleet get --layer=", edit.level.ToString(), "` and retry"));
@@ -213,6 +232,8 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
       return NotWritten(ties, key);
     }
 
+    ASSIGN_OR_RETURN(const bool same, verified());
+    if (!same) continue;  // the cache was behind: made again from etcd's value
     checked_at = absl::Now();
     etcdserverpb::TxnRequest txn;
     etcdserverpb::Compare* cmp = txn.add_compare();
@@ -234,16 +255,15 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
       const mvccpb::KeyValue& kv = done->responses(0).response_range().kvs(0);
       now = KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(), kv.lease()};
     }
-    if (!from_cache || edit.if_revision != 0) {
+    if (remade || edit.if_revision != 0) {
       return absl::AbortedError(absl::StrCat(
           key, " changed while this edit was made (revision ", mod_revision, " -> ",
           now.has_value() ? now->mod_revision : 0,
           "): another editor won; re-read it with `pvemuctl fleet get --layer=",
           edit.level.ToString(), "` and retry"));
     }
-    // The cache was behind etcd: once more from what etcd holds.
     current = std::move(now);
-    from_cache = false;
+    remade = true;
   }
   if (!done.ok()) {
     if (TooLargeForEtcd(done.status())) {
