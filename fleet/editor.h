@@ -1,7 +1,8 @@
 // Fleet mode's edits of the layers in etcd, made through any fleet-mode
-// pvemud. An edit reads its layer from this host's watch cache when the
-// layer is one of this host's (no round trip; Watcher::Cached), from etcd
-// otherwise. It is validated before it is written (the layer on its own,
+// pvemud. An edit is made from this host's watch cache when the layer is
+// one of this host's (Watcher::Cached), with a linearizable read of it
+// beside the checks (etcd's quorum, and a cache behind it), from a read
+// first otherwise. It is validated before it is written (the layer on its own,
 // this host's whole layer set with it, and class ties on the registered
 // hosts that have the class), written with a Txn that compares the key's
 // mod_revision (the loser of a race gets ABORTED, never a lost update),
