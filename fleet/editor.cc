@@ -179,7 +179,9 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
           watcher_ != nullptr ? watcher_->Cached(key) : std::nullopt;
       cached.has_value()) {
     current = std::move(cached->kv);
-    verify = std::async(std::launch::async, read_now);
+    // async | deferred: on its own thread, or (no thread to be had, EAGAIN:
+    // libstdc++ falls back rather than throw) at the wait, in line.
+    verify = std::async(std::launch::async | std::launch::deferred, read_now);
   } else {
     absl::StatusOr<std::optional<KeyValue>> read = read_now();
     if (!read.ok()) return NotWritten(read.status(), key);
