@@ -445,6 +445,11 @@ absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Open(const DataPlaneOption
     RETURN_IF_ERROR(plane->dispatcher_->AddObserver(plane->audit_ring_.get()));
     plane->audit_ring_->Activate();
     plane->subscription_ = PolicySubscription::Start(plane.get(), options.server, options.domain);
+    // Open returns once pvemud holds this VM as attached, so that an edit
+    // made from then on is checked against its KVM filter. A daemon gone in
+    // between costs the wait and nothing else: the VM runs on the first
+    // policy and the stream reconnects.
+    (void)plane->subscription_->WaitFollowing(options.connect_timeout);
   }
   return plane;
 }

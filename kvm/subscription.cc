@@ -104,6 +104,7 @@ struct PolicySubscription::Impl {
 
   absl::Mutex mu;
   bool stopping ABSL_GUARDED_BY(mu) = false;
+  bool following ABSL_GUARDED_BY(mu) = false;  // the policy stream sent its first update
   grpc::ClientContext* policy_call ABSL_GUARDED_BY(mu) = nullptr;
   grpc::ClientContext* report_call ABSL_GUARDED_BY(mu) = nullptr;
   std::thread policy_thread;
@@ -119,6 +120,13 @@ struct PolicySubscription::Impl {
     auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return stopping; };
     mu.AwaitWithTimeout(absl::Condition(&stop), d);
     return !stopping;
+  }
+  // Until the policy stream sent its first update, or `timeout`.
+  bool WaitFollowing(absl::Duration timeout) {
+    absl::MutexLock lock(&mu);
+    auto up = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return following || stopping; };
+    mu.AwaitWithTimeout(absl::Condition(&up), timeout);
+    return following;
   }
   // Registers the call so the destructor can cancel it; false when stopping.
   bool Begin(grpc::ClientContext** slot, grpc::ClientContext* context) {
@@ -153,6 +161,10 @@ void PolicySubscription::Impl::FollowPolicy() {
     v1::PolicyUpdate update;
     while (reader->Read(&update)) {
       backoff = kFirstBackoff;  // connected: the next outage starts afresh
+      {
+        absl::MutexLock lock(&mu);
+        following = true;
+      }
       if (update.generation() == plane->generation()) continue;
       SubscribedPolicy p = FromUpdate(update, server);
       absl::Status applied = plane->Apply(p.policy, p.source, p.generation);
@@ -254,6 +266,10 @@ std::unique_ptr<PolicySubscription> PolicySubscription::Start(DataPlane* plane,
   impl->policy_thread = std::thread([raw] { raw->FollowPolicy(); });
   impl->report_thread = std::thread([raw] { raw->ReportCounts(); });
   return std::unique_ptr<PolicySubscription>(new PolicySubscription(std::move(impl)));
+}
+
+bool PolicySubscription::WaitFollowing(absl::Duration timeout) {
+  return impl_->WaitFollowing(timeout);
 }
 
 PolicySubscription::~PolicySubscription() {

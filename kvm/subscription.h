@@ -36,6 +36,12 @@ class PolicySubscription {
   // plane->Apply; counts go back every 50 ms. Stops in the destructor.
   static std::unique_ptr<PolicySubscription> Start(DataPlane* plane, const std::string& server,
                                                    uint32_t domain);
+  // Waits until the policy stream is up (its first update arrived, so the
+  // daemon holds this VM as attached and checks every later edit against
+  // its KVM filter), or `timeout`; false after the timeout. FetchFirst's
+  // stream ends when it returns: without this wait, an edit made just after
+  // the plane opened could reach a daemon that held no attachment for it.
+  bool WaitFollowing(absl::Duration timeout);
   ~PolicySubscription();
 
   // The gRPC target for a --server value: "unix:PATH" and "unix:///PATH" as
