@@ -254,8 +254,7 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     if (!done.ok() || done->succeeded()) break;
     std::optional<KeyValue> now;
     if (done->responses_size() > 0 && done->responses(0).response_range().kvs_size() > 0) {
-      const mvccpb::KeyValue& kv = done->responses(0).response_range().kvs(0);
-      now = KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(), kv.lease()};
+      now = KeyValue::From(done->responses(0).response_range().kvs(0));
     }
     if (remade || edit.if_revision != 0) {
       return absl::AbortedError(absl::StrCat(

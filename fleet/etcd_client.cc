@@ -172,8 +172,7 @@ RangeResult ToRangeResult(int64_t revision, const etcdserverpb::RangeResponse& r
   RangeResult out;
   out.revision = revision;
   for (const mvccpb::KeyValue& kv : response.kvs()) {
-    out.kvs.push_back(KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(),
-                               kv.lease()});
+    out.kvs.push_back(KeyValue::From(kv));
   }
   return out;
 }

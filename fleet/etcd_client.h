@@ -37,6 +37,12 @@ struct KeyValue {
   int64_t mod_revision = 0;
   int64_t create_revision = 0;
   int64_t lease = 0;
+
+  // etcd's own key-value (a Range answer, a watch event, a Txn's failure
+  // branch) as pvemu keeps it.
+  static KeyValue From(const mvccpb::KeyValue& kv) {
+    return KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(), kv.lease()};
+  }
 };
 
 struct RangeResult {

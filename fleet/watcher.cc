@@ -75,7 +75,6 @@ std::optional<Watcher::CachedValue> Watcher::Cached(const std::string& key) cons
   absl::MutexLock lock(&cache_mu_);
   if (!live_) return std::nullopt;
   CachedValue out;
-  out.revision = cache_revision_;
   if (auto it = cache_.find(key); it != cache_.end()) out.kv = it->second;
   return out;
 }
@@ -92,8 +91,7 @@ void Watcher::TakeEvents(const etcdserverpb::WatchResponse& response) {
     if (e.type() == mvccpb::Event::DELETE) {
       cache_.erase(kv.key());
     } else {
-      cache_[kv.key()] = KeyValue{kv.key(), kv.value(), kv.mod_revision(), kv.create_revision(),
-                                  kv.lease()};
+      cache_[kv.key()] = KeyValue::From(kv);
     }
   }
 }

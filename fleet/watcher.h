@@ -57,7 +57,6 @@ class Watcher {
   // this host's, or the watch is not running (read etcd then).
   struct CachedValue {
     std::optional<KeyValue> kv;
-    int64_t revision = 0;  // the revision the cache is at
   };
   std::optional<CachedValue> Cached(const std::string& key) const;
 
