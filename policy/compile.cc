@@ -93,8 +93,7 @@ class Compiler {
   absl::StatusOr<std::unique_ptr<DomainSnapshot>> Domain(uint32_t domid,
                                                          const Layer* overlay,
                                                          const std::string& overlay_path);
-  absl::StatusOr<std::shared_ptr<const Snapshot>> All(uint64_t generation);
-  // All, at generation 0, for UnstampedSnapshot.
+  // Every domain's snapshot, at no generation yet (UnstampedSnapshot).
   absl::StatusOr<std::shared_ptr<Snapshot>> AllUnstamped();
 
  private:
@@ -646,12 +645,6 @@ std::vector<DomainSnapshot::NamedSpan> DomainSnapshot::NamedMsrs() const {
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<const Snapshot>> Compiler::All(uint64_t generation) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Snapshot> snap, AllUnstamped());
-  snap->generation_ = generation;
-  return std::shared_ptr<const Snapshot>(std::move(snap));
-}
-
 absl::StatusOr<std::shared_ptr<Snapshot>> Compiler::AllUnstamped() {
   auto snap = std::shared_ptr<Snapshot>(new Snapshot);
   snap->host_vendor_ = host_;
@@ -673,9 +666,9 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> CompilePolicy(const Policy& poli
                                                               const SourceMap& source,
                                                               pvemu::v1::Vendor host_vendor,
                                                               uint64_t generation) {
-  RETURN_IF_ERROR(ValidatePolicy(policy, source));
-  Compiler c(policy, source, host_vendor);
-  return c.All(generation);
+  ASSIGN_OR_RETURN(UnstampedSnapshot compiled,
+                   UnstampedSnapshot::Compile(policy, source, host_vendor));
+  return std::move(compiled).Stamp(generation);
 }
 
 absl::StatusOr<std::unique_ptr<const DomainSnapshot>> CompileDomain(
