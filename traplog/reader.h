@@ -35,13 +35,18 @@ namespace pvemu::traplog {
 // string that is not UTF-8, a non-zero byte where the format wants zero);
 // InvalidArgument for a bad magic or a length over kMaxTrapRecordBytes.
 //
-// A PVTRAPS2 file is read through one buffer of about kMaxTrapRecordBytes,
-// refilled in large chunks; NextTrap() decodes straight from it without
-// allocating. A PVTRAPS1 file is read one message at a time. A .textproto
+// A PVTRAPS2 regular file is mapped 8 MiB at a time (mmap windows), and
+// NextTrap() decodes straight from the mapping, without copying or
+// allocating; the file's size is looked up again at the end of what is
+// mapped, so a capture still being appended to replays as far as it is
+// written. A file cut shorter while it is read is the reader's SIGBUS, as
+// with any mapping: replay a copy of a log something may truncate. A
+// PVTRAPS2 stream (a FIFO, ForStream) is read through one buffer of about
+// kMaxTrapRecordBytes, refilled in large chunks. A PVTRAPS1 file is read one message at a time. A .textproto
 // is parsed a piece of whole records at a time (TextLogPieces). Every
 // encoding streams: a log of any length, read from a file or a pipe (a FIFO
-// named *.traps or *.textproto), costs the memory of one buffer or piece,
-// never the log's; text is many times slower to read than PVTRAPS2, so
+// named *.traps or *.textproto), costs the memory of one window, buffer or
+// piece, never the log's; text is many times slower to read than PVTRAPS2, so
 // captures are best written as .traps.
 class TrapLogReader {
  public:
