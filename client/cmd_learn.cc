@@ -154,8 +154,8 @@ int ReportChanges(const policy::LoadedPolicy& candidate, v1::Vendor vendor,
       const v1::Expectation& expect = rec.expect();
       const std::optional<uint64_t> read_value =
           expect.has_value() && out.kind == emulator::OutcomeKind::kCompleted
-              ? std::optional<uint64_t>((out.regs.gpr[emulator::kRdx] << 32) |
-                                        (out.regs.gpr[emulator::kRax] & 0xffffffffu))
+              ? std::optional<uint64_t>((out.GprAfter(emulator::kRdx, trap->regs) << 32) |
+                                        (out.GprAfter(emulator::kRax, trap->regs) & 0xffffffffu))
               : std::nullopt;
       const std::string recorded =
           Word(expect.kind(),

@@ -786,7 +786,7 @@ void LearnedToProto(const LearnedAccess& a, v1::LearnedAccess* msg) {
 void FillOutcome(const emulator::Trap& trap, const emulator::Outcome& outcome,
                  const emulator::Instruction& insn, emulator::DecodeError error,
                  uint64_t generation, v1::Outcome* msg) {
-  emulator::OutcomeToProto(outcome, msg);
+  emulator::OutcomeToProto(trap, outcome, msg);
   msg->set_generation(generation);
   if (error != emulator::DecodeError::kOk) {
     msg->set_detail(absl::StrCat(

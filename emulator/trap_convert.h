@@ -20,8 +20,10 @@ pvemu::v1::CpuMode ModeToProto(Mode mode);
 void RegsFromProto(const pvemu::v1::Registers& msg, Regs* regs);
 void RegsToProto(const Regs& regs, pvemu::v1::Registers* msg);
 
-// Fills kind, regs, exception of `msg` (not the decoded instruction).
-void OutcomeToProto(const Outcome& outcome, pvemu::v1::Outcome* msg);
+// Fills kind, regs (all of them after the instruction: the trap's with the
+// outcome's writes applied), exception of `msg` (not the decoded
+// instruction).
+void OutcomeToProto(const Trap& trap, const Outcome& outcome, pvemu::v1::Outcome* msg);
 
 }  // namespace pvemu::emulator
 

@@ -280,8 +280,8 @@ int Vcpu::HandleMsr(struct kvm_run* run, bool write) {
   if (out.kind == OutcomeKind::kCompleted) {
     run->msr.error = 0;
     if (!write) {
-      run->msr.data = (out.regs.gpr[emulator::kRdx] << 32) |
-                      (out.regs.gpr[emulator::kRax] & 0xffffffffu);
+      run->msr.data = (out.GprAfter(emulator::kRdx, trap.regs) << 32) |
+                      (out.GprAfter(emulator::kRax, trap.regs) & 0xffffffffu);
     }
     Bump(counters_.completed);
   } else {
@@ -344,7 +344,7 @@ int Vcpu::HandleIo(struct kvm_run* run) {
       continue;
     }
     if (!out_dir) {
-      const uint32_t value = static_cast<uint32_t>(out.regs.gpr[emulator::kRax]);
+      const uint32_t value = static_cast<uint32_t>(out.GprAfter(emulator::kRax, trap.regs));
       std::memcpy(element, &value, size);
     }
   }

@@ -141,14 +141,14 @@ Observed ObservedFromProto(const v1::Outcome& o) {
 }
 
 // OutcomeKind and Vector values equal the v1 numbers (emulator/cpu.h).
-Observed ObservedFromStruct(const Outcome& o) {
+Observed ObservedFromStruct(const Trap& trap, const Outcome& o) {
   Observed got;
   got.kind = static_cast<int>(o.kind);
   got.vector = static_cast<int>(o.vector);
-  got.rax = o.regs.gpr[kRax];
-  got.rbx = o.regs.gpr[kRbx];
-  got.rcx = o.regs.gpr[kRcx];
-  got.rdx = o.regs.gpr[kRdx];
+  got.rax = o.GprAfter(kRax, trap.regs);
+  got.rbx = o.GprAfter(kRbx, trap.regs);
+  got.rcx = o.GprAfter(kRcx, trap.regs);
+  got.rdx = o.GprAfter(kRdx, trap.regs);
   return got;
 }
 
@@ -298,7 +298,7 @@ absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
   insn.bytes = absl::string_view(reinterpret_cast<const char*>(trap.insn),
                                  trap.insn_len);
   insn.mode = trap.mode;
-  return Check(expect, ObservedFromStruct(outcome), insn, nullptr);
+  return Check(expect, ObservedFromStruct(trap, outcome), insn, nullptr);
 }
 
 }  // namespace pvemu::traplog

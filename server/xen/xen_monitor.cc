@@ -133,7 +133,7 @@ void XenMonitor::DecideCpuid(const VmEvent& event, VmEventResponse* r) {
   // execute CPUID again and trap again: Xen advances RIP only when no event
   // was sent (svm.c/vmx.c, the CPUID exit: `if ( !rc ) update_guest_eip`).
   r->set_registers = true;
-  r->regs = out.kind == emulator::OutcomeKind::kCompleted ? out.regs : event.regs;
+  r->regs = out.RegsAfter(event.regs);
   // Xen's length, not the emulator's 2: a prefixed CPUID is longer.
   r->regs.rip = event.regs.rip + event.insn_length;
   if (event.mode != emulator::Mode::k64) r->regs.rip &= 0xffffffffu;

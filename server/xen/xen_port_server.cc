@@ -24,13 +24,14 @@ emulator::Trap TrapFromPortAccess(const PortAccess& access) {
   return trap;
 }
 
-uint32_t PortReadValue(const PortAccess& access, const emulator::Outcome& outcome) {
+uint32_t PortReadValue(const PortAccess& access, const emulator::Trap& trap,
+                       const emulator::Outcome& outcome) {
   const uint32_t mask = access.size >= 4 ? 0xffffffffu : (1u << (8 * access.size)) - 1;
   // Completed: the value the emulator put in eAX (all ones for a port the
   // policy does not grant). Anything else: no device answered, and a bus
   // nobody drives reads all ones.
   if (outcome.kind != emulator::OutcomeKind::kCompleted) return mask;
-  return static_cast<uint32_t>(outcome.regs.gpr[emulator::kRax]) & mask;
+  return static_cast<uint32_t>(outcome.GprAfter(emulator::kRax, trap.regs)) & mask;
 }
 
 XenPortServer::XenPortServer(dispatch::Dispatcher& dispatcher,
@@ -43,10 +44,11 @@ int XenPortServer::Poll() {
   int n = 0;
   PortAccess access;
   while (channel_->Next(&access)) {
-    const emulator::Outcome out = session_->Handle(TrapFromPortAccess(access));
+    const emulator::Trap trap = TrapFromPortAccess(access);
+    const emulator::Outcome out = session_->Handle(trap);
     if (out.port_denied) denied_.fetch_add(1, std::memory_order_relaxed);
     if (access.string) strings_.fetch_add(1, std::memory_order_relaxed);
-    channel_->Respond(access.vcpu, access.write ? 0 : PortReadValue(access, out));
+    channel_->Respond(access.vcpu, access.write ? 0 : PortReadValue(access, trap, out));
     accesses_.fetch_add(1, std::memory_order_relaxed);
     ++n;
   }

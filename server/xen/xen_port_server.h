@@ -33,9 +33,10 @@ namespace pvemu::server {
 // checks are done), RDX = the port, RAX = the value written.
 emulator::Trap TrapFromPortAccess(const PortAccess& access);
 
-// What an IN reads after `outcome` (low `size` bytes; all ones when the
+// What an IN reads after `outcome`, the answer to `trap` (low `size` bytes; all ones when the
 // access was not completed by a device).
-uint32_t PortReadValue(const PortAccess& access, const emulator::Outcome& outcome);
+uint32_t PortReadValue(const PortAccess& access, const emulator::Trap& trap,
+                       const emulator::Outcome& outcome);
 
 struct XenPortServerStats {
   uint64_t accesses = 0;  // answered

@@ -13,15 +13,17 @@
 
 namespace pvemu::bench {
 
-inline void SetExpectation(const emulator::Outcome& out, const emulator::Instruction& insn,
-                    emulator::DecodeError error, v1::Expectation* expect) {
+inline void SetExpectation(const emulator::Trap& trap, const emulator::Outcome& out,
+                           const emulator::Instruction& insn, emulator::DecodeError error,
+                           v1::Expectation* expect) {
   expect->set_kind(static_cast<v1::Outcome::Kind>(out.kind));
   if (out.kind == emulator::OutcomeKind::kException) {
     expect->set_vector(static_cast<v1::Vector>(out.vector));
     return;
   }
   if (out.kind != emulator::OutcomeKind::kCompleted || error != emulator::DecodeError::kOk) return;
-  const uint64_t* r = out.regs.gpr;
+  const emulator::Regs after = out.RegsAfter(trap.regs);
+  const uint64_t* r = after.gpr;
   switch (insn.kind) {
     case emulator::InsnKind::kRdmsr:
       expect->set_value((r[emulator::kRdx] << 32) | (r[emulator::kRax] & 0xffffffffu));

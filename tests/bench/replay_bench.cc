@@ -88,7 +88,7 @@ std::string TrapsFile(int64_t records) {
     const emulator::Outcome out = session->Handle(trap, &insn, &error);
     rec.Clear();
     emulator::TrapToProto(trap, rec.mutable_trap());
-    SetExpectation(out, insn, error, rec.mutable_expect());
+    SetExpectation(trap, out, insn, error, rec.mutable_expect());
     if (!(*writer)->Append(rec).ok()) return "";
   }
   return (*writer)->Close().ok() ? path : "";

@@ -90,7 +90,7 @@ class LearnTest : public ::testing::Test {
 TEST_F(LearnTest, AGpRuleReadsZeroAndAWriteIsDroppedWhileLearning) {
   const emulator::Outcome read = session_->Handle(Msr(5, false, kEpb));
   ASSERT_EQ(read.kind, emulator::OutcomeKind::kCompleted);
-  EXPECT_EQ(read.regs.gpr[emulator::kRax], 0u);
+  EXPECT_EQ(read.GprAfter(emulator::kRax, Msr(5, false, kEpb).regs), 0u);
   EXPECT_TRUE(read.relaxed);
   const emulator::Outcome write = session_->Handle(Msr(5, true, kEpb, 6));
   ASSERT_EQ(write.kind, emulator::OutcomeKind::kCompleted);

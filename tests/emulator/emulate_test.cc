@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/emulator/fakes.h"
 #include "tests/emulator/hex.h"
@@ -40,15 +41,23 @@ class EmulateTest : public ::testing::Test {
     return trap;
   }
 
-  Outcome Run(const Trap& trap) {
-    return DecodeAndEmulate(trap, domain_, host_, &insn_, &error_);
+  // An outcome with the whole register file it leaves (the trap's with the
+  // outcome's writes applied), so the checks below read whole registers.
+  struct Answer : Outcome {
+    Regs regs;
+  };
+  Answer Run(const Trap& trap) {
+    Answer a;
+    static_cast<Outcome&>(a) = DecodeAndEmulate(trap, domain_, host_, &insn_, &error_);
+    a.regs = a.RegsAfter(trap.regs);
+    return a;
   }
 
-  static void ExpectRegsUnchanged(const Trap& trap, const Outcome& out) {
+  static void ExpectRegsUnchanged(const Trap& trap, const Answer& out) {
     EXPECT_EQ(std::memcmp(&trap.regs, &out.regs, sizeof(Regs)), 0);
   }
 
-  static void ExpectGp(const Trap& trap, const Outcome& out) {
+  static void ExpectGp(const Trap& trap, const Answer& out) {
     EXPECT_EQ(out.kind, OutcomeKind::kException);
     EXPECT_EQ(out.vector, Vector::kGP);
     EXPECT_TRUE(out.has_error_code);
@@ -56,7 +65,7 @@ class EmulateTest : public ::testing::Test {
     ExpectRegsUnchanged(trap, out);
   }
 
-  static void ExpectUnhandled(const Trap& trap, const Outcome& out) {
+  static void ExpectUnhandled(const Trap& trap, const Answer& out) {
     EXPECT_EQ(out.kind, OutcomeKind::kUnhandled);
     ExpectRegsUnchanged(trap, out);
   }
@@ -90,7 +99,7 @@ TEST_F(EmulateTest, RdmsrPassthroughReadsHostAndClearsUpperHalvesIn64Bit) {
   domain_.default_decision.read = MsrRead::kPassthrough;
   host_.msrs[kMsr] = 0x1234'5678'9abc'def0;
   const Trap t = Rdmsr(kMsr);
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], 0x9abc'def0u);
   EXPECT_EQ(out.regs.gpr[kRdx], 0x1234'5678u);
@@ -104,7 +113,7 @@ TEST_F(EmulateTest, RdmsrIn32BitModeKeepsUpperHalvesAndChangesLow32) {
   domain_.default_decision.read = MsrRead::kConst;
   domain_.default_decision.value = 0xaaaa'bbbb'cccc'dddd;
   const Trap t = Rdmsr(kMsr, Mode::k32);
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], kJunkHigh | 0xcccc'ddddu);
   EXPECT_EQ(out.regs.gpr[kRdx], kJunkHigh | 0xaaaa'bbbbu);
@@ -113,7 +122,7 @@ TEST_F(EmulateTest, RdmsrIn32BitModeKeepsUpperHalvesAndChangesLow32) {
 TEST_F(EmulateTest, RdmsrPassthroughHostFaultIsGpNeverAValue) {
   domain_.default_decision.read = MsrRead::kPassthrough;
   const Trap t = Rdmsr(kMsr);
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ExpectGp(t, out);
   EXPECT_EQ(out.msr_or_port, kMsr);
 }
@@ -123,7 +132,7 @@ TEST_F(EmulateTest, RdmsrConstZeroAndGpActions) {
   domain_.msr_decisions[1].value = 0x42;
   domain_.msr_decisions[2].read = MsrRead::kZero;
   domain_.msr_decisions[3].read = MsrRead::kGp;
-  Outcome out = Run(Rdmsr(1));
+  Answer out = Run(Rdmsr(1));
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], 0x42u);
   EXPECT_EQ(out.regs.gpr[kRdx], 0u);
@@ -138,7 +147,7 @@ TEST_F(EmulateTest, RdmsrConstZeroAndGpActions) {
 TEST_F(EmulateTest, RdmsrShadowStartsFromRuleValueThenKeepsItsOwn) {
   domain_.default_decision.read = MsrRead::kShadow;
   domain_.default_decision.value = 0x77;
-  Outcome out = Run(Rdmsr(kMsr));
+  Answer out = Run(Rdmsr(kMsr));
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], 0x77u);
   domain_.shadows[{2, kMsr}] = 0x88;
@@ -150,7 +159,7 @@ TEST_F(EmulateTest, RdmsrShadowFromHostStartsFromHostOrZeroOnFault) {
   domain_.default_decision.read = MsrRead::kShadow;
   domain_.default_decision.value_from_host = true;
   host_.msrs[kMsr] = 0x5'0000'0009;
-  Outcome out = Run(Rdmsr(kMsr));
+  Answer out = Run(Rdmsr(kMsr));
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], 9u);
   EXPECT_EQ(out.regs.gpr[kRdx], 5u);
@@ -171,13 +180,13 @@ TEST_F(EmulateTest, RdmsrReportsAuditAndUnknownFromTheDecision) {
   domain_.default_decision.read = MsrRead::kZero;
   domain_.default_decision.audit = true;
   domain_.default_decision.unknown = true;
-  const Outcome out = Run(Rdmsr(0xc0011029));
+  const Answer out = Run(Rdmsr(0xc0011029));
   EXPECT_EQ(out.msr_or_port, 0xc0011029u);
   EXPECT_TRUE(out.audit);
   EXPECT_TRUE(out.unknown_msr);
   // Also on #GP.
   domain_.default_decision.read = MsrRead::kGp;
-  const Outcome gp = Run(Rdmsr(0xc0011029));
+  const Answer gp = Run(Rdmsr(0xc0011029));
   EXPECT_EQ(gp.kind, OutcomeKind::kException);
   EXPECT_TRUE(gp.audit);
   EXPECT_TRUE(gp.unknown_msr);
@@ -188,7 +197,7 @@ TEST_F(EmulateTest, RdmsrIndexIsEcxOnly) {
   domain_.msr_decisions[0x10].value = 1;
   Trap t = Rdmsr(0x10);
   t.regs.gpr[kRcx] = 0xffff'ffff'0000'0010;
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], 1u);
 }
@@ -199,7 +208,7 @@ TEST_F(EmulateTest, WrmsrPassthroughWritesEdxEaxWhenAllowed) {
   domain_.default_decision.write = MsrWrite::kPassthrough;
   domain_.default_decision.host_write_allowed = true;
   const Trap t = Wrmsr(kMsr, 0x0000'0001'0000'0006);
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(host_.msrs[kMsr], 0x0000'0001'0000'0006u);
   EXPECT_EQ(out.regs.rip, 0x1002u);
@@ -231,7 +240,7 @@ TEST_F(EmulateTest, WrmsrPassthroughMaskComparesWithHostValue) {
   d.writable_mask = 0xf;
   host_.msrs[kMsr] = 0x100;
   // Bits outside the mask equal the host's: allowed.
-  Outcome out = Run(Wrmsr(kMsr, 0x105));
+  Answer out = Run(Wrmsr(kMsr, 0x105));
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(host_.msrs[kMsr], 0x105u);
   // Clearing bit 8 changes a reserved bit: #GP, host untouched.
@@ -263,7 +272,7 @@ TEST_F(EmulateTest, WrmsrShadowStoresValueAndReadsBack) {
   domain_.default_decision.write = MsrWrite::kShadow;
   ASSERT_EQ(Run(Wrmsr(kMsr, 0x7'0000'0003)).kind, OutcomeKind::kCompleted);
   EXPECT_EQ((domain_.shadows[{2, kMsr}]), 0x7'0000'0003u);
-  const Outcome out = Run(Rdmsr(kMsr));
+  const Answer out = Run(Rdmsr(kMsr));
   EXPECT_EQ(out.regs.gpr[kRax], 3u);
   EXPECT_EQ(out.regs.gpr[kRdx], 7u);
   EXPECT_EQ(host_.writes, 0);
@@ -274,7 +283,7 @@ TEST_F(EmulateTest, WrmsrShadowMaskComparesWithShadowValue) {
   d.write = MsrWrite::kShadow;
   d.value = 0xf00;  // the fresh shadow's initial value
   d.writable_mask = 0xff;
-  Outcome out = Run(Wrmsr(kMsr, 0xf42));
+  Answer out = Run(Wrmsr(kMsr, 0xf42));
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ((domain_.shadows[{2, kMsr}]), 0xf42u);
   const Trap t = Wrmsr(kMsr, 0x042);
@@ -295,7 +304,7 @@ TEST_F(EmulateTest, WrmsrShadowWithoutStorageIsGp) {
 
 TEST_F(EmulateTest, WrmsrIgnoreCompletesWithoutEffect) {
   domain_.default_decision.write = MsrWrite::kIgnore;
-  const Outcome out = Run(Wrmsr(kMsr, ~uint64_t{0}));
+  const Answer out = Run(Wrmsr(kMsr, ~uint64_t{0}));
   EXPECT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.rip, 0x1002u);
   EXPECT_TRUE(out.write_dropped);
@@ -314,7 +323,7 @@ TEST_F(EmulateTest, WriteDroppedIsSetExactlyForCompletedWritesWithoutEffect) {
   EXPECT_TRUE(Run(Wrmsr(kMsr, 0x100)).write_dropped) << "a dropped reserved-bit change";
   EXPECT_FALSE(Run(Wrmsr(kMsr, 0x2)).write_dropped) << "a change inside the mask";
   d.drop_reserved = false;
-  const Outcome gp = Run(Wrmsr(kMsr, 0x100));
+  const Answer gp = Run(Wrmsr(kMsr, 0x100));
   EXPECT_EQ(gp.kind, OutcomeKind::kException);
   EXPECT_FALSE(gp.write_dropped) << "an exception is not a completed write";
   d.write = MsrWrite::kPassthrough;
@@ -343,7 +352,7 @@ TEST_F(EmulateTest, WrmsrGpActionInjectsGp) {
   domain_.default_decision.write = MsrWrite::kGp;
   domain_.default_decision.audit = true;
   const Trap t = Wrmsr(kMsr, 1);
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ExpectGp(t, out);
   EXPECT_EQ(out.msr_or_port, kMsr);
   EXPECT_TRUE(out.audit);
@@ -371,7 +380,7 @@ TEST_F(EmulateTest, RealModeHasNoPrivilegeChecks) {
   domain_.default_decision.value = 5;
   Trap t = Rdmsr(kMsr, Mode::kReal);
   t.cpl = 3;  // meaningless in real mode
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax] & 0xffffffff, 5u);
   Trap io = MakeTrap("ec", Mode::kReal, 3);
@@ -422,7 +431,7 @@ TEST_F(EmulateTest, CompletionClearsResumeFlagOnly) {
 
 TEST_F(EmulateTest, DecodeErrorsMapToExceptionsOrUnhandled) {
   Trap t = MakeTrap("f00f32");
-  Outcome out = Run(t);
+  Answer out = Run(t);
   EXPECT_EQ(out.kind, OutcomeKind::kException);
   EXPECT_EQ(out.vector, Vector::kUD);
   EXPECT_FALSE(out.has_error_code);
@@ -456,7 +465,7 @@ TEST_F(EmulateTest, CpuidPassesLeafSubleafAndClearsUpperHalvesIn64Bit) {
   t.regs.gpr[kRcx] = kJunkHigh | 1;
   t.regs.gpr[kRbx] = kJunkHigh;
   t.regs.gpr[kRdx] = kJunkHigh;
-  Outcome out = Run(t);
+  Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(domain_.last_leaf, 7u);
   EXPECT_EQ(domain_.last_subleaf, 1u);
@@ -474,7 +483,7 @@ TEST_F(EmulateTest, RdtscReturnsGuestTscInEdxEax) {
   Trap t = MakeTrap("0f31");
   t.regs.gpr[kRax] = kJunkHigh;
   t.regs.gpr[kRdx] = kJunkHigh;
-  const Outcome out = Run(t);
+  const Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   const uint64_t tsc = t.host_tsc + 0x1'0000'0001;
   EXPECT_EQ(out.regs.gpr[kRax], tsc & 0xffffffff);
@@ -487,7 +496,7 @@ TEST_F(EmulateTest, RdtscpSetsEcxToTscAuxUnderTheDomainDecision) {
   domain_.msr_decisions[kMsrTscAux].value = 0x3;
   Trap t = MakeTrap("0f01f9");
   t.regs.gpr[kRcx] = kJunkHigh;
-  Outcome out = Run(t);
+  Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRcx], 3u);
   EXPECT_EQ(out.regs.gpr[kRax], t.host_tsc & 0xffffffff);
@@ -517,7 +526,7 @@ TEST_F(EmulateTest, InOutsideTheIoPortRangesReadsAllOnesInTheAccessWidth) {
     domain_.ports_allowed = false;
     Trap t = MakeTrap("e4 60");
     t.regs.gpr[kRax] = kJunkHigh | 0x1234'5600;
-    Outcome out = Run(t);
+    Answer out = Run(t);
     ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
     EXPECT_TRUE(out.port_denied);
     EXPECT_FALSE(out.write_dropped);
@@ -557,7 +566,7 @@ TEST_F(EmulateTest, OutOutsideTheIoPortRangesIsDroppedAndCompletes) {
     SCOPED_TRACE(hex);
     Trap t = MakeTrap(hex);
     t.regs.gpr[kRdx] = 0x3f8;
-    const Outcome out = Run(t);
+    const Answer out = Run(t);
     ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
     EXPECT_TRUE(out.write_dropped);
     EXPECT_TRUE(out.port_denied);
@@ -577,7 +586,7 @@ TEST_F(EmulateTest, GrantedPortWithoutAHostDeviceGoesToTheDeviceModelUnchanged) 
     Trap t = MakeTrap(hex);
     t.regs.gpr[kRax] = kJunkHigh | 0x1234'5678;
     t.regs.gpr[kRdx] = 0x80;
-    const Outcome out = Run(t);
+    const Answer out = Run(t);
     EXPECT_EQ(out.kind, OutcomeKind::kDeviceIo);
     EXPECT_EQ(out.msr_or_port, 0x80u);
     EXPECT_FALSE(out.port_denied);
@@ -591,7 +600,7 @@ TEST_F(EmulateTest, GrantedPortWithAHostDeviceReadsItsValueInTheAccessWidth) {
   host_.ports[0x71] = 0xa1b2'c3d4;
   Trap t = MakeTrap("e4 71");
   t.regs.gpr[kRax] = kJunkHigh | 0x1234'5600;
-  Outcome out = Run(t);
+  Answer out = Run(t);
   ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
   EXPECT_EQ(out.regs.gpr[kRax], kJunkHigh | 0x1234'56d4) << "AL only";
   EXPECT_EQ(out.regs.rip, t.regs.rip + 2);
@@ -658,6 +667,46 @@ TEST_F(EmulateTest, HypervisorOwnedInstructionsAreUnhandledWithTheInstruction) {
   }
 }
 
+// An outcome carries the registers the instruction wrote and nothing else
+// of the trap's: the trap path copies no register file.
+TEST_F(EmulateTest, AnOutcomeCarriesOnlyTheRegistersTheInstructionWrote) {
+  domain_.default_decision.read = MsrRead::kConst;
+  domain_.default_decision.value = 0x1111'2222'3333'4444;
+  domain_.default_decision.write = MsrWrite::kIgnore;
+  // The registers written, in register-number order.
+  const auto written = [](const Outcome& out) {
+    std::vector<Gpr> regs;
+    for (int r = 0; r < 16; ++r) {
+      if (out.Wrote(static_cast<Gpr>(r))) regs.push_back(static_cast<Gpr>(r));
+    }
+    return regs;
+  };
+  const Trap rdmsr = Rdmsr(kMsr);
+  Outcome out = DecodeAndEmulate(rdmsr, domain_, host_, nullptr);
+  ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
+  EXPECT_THAT(written(out), ::testing::ElementsAre(kRax, kRdx));
+  EXPECT_EQ(out.GprAfter(kRax, rdmsr.regs), 0x3333'4444u);
+  EXPECT_EQ(out.GprAfter(kRdx, rdmsr.regs), 0x1111'2222u);
+  EXPECT_EQ(out.GprAfter(kRbx, rdmsr.regs), rdmsr.regs.gpr[kRbx]) << "not written: the trap's";
+  EXPECT_EQ(out.rip, rdmsr.regs.rip + 2);
+
+  out = DecodeAndEmulate(MakeTrap("0fa2"), domain_, host_, nullptr);  // CPUID
+  EXPECT_THAT(written(out), ::testing::ElementsAre(kRax, kRcx, kRdx, kRbx));
+  out = DecodeAndEmulate(MakeTrap("0f01f9"), domain_, host_, nullptr);  // RDTSCP
+  EXPECT_THAT(written(out), ::testing::ElementsAre(kRax, kRcx, kRdx));
+  out = DecodeAndEmulate(Wrmsr(kMsr, 5), domain_, host_, nullptr);  // ignored
+  ASSERT_EQ(out.kind, OutcomeKind::kCompleted);
+  EXPECT_THAT(written(out), ::testing::IsEmpty());
+
+  // An exception changes no register, whatever its outcome holds.
+  Trap user = Rdmsr(kMsr);
+  user.cpl = 3;
+  out = DecodeAndEmulate(user, domain_, host_, nullptr);
+  ASSERT_EQ(out.kind, OutcomeKind::kException);
+  const Regs after = out.RegsAfter(user.regs);
+  EXPECT_EQ(std::memcmp(&after, &user.regs, sizeof(Regs)), 0);
+}
+
 TEST_F(EmulateTest, EmulateWithoutDecodeOutputsIsUsable) {
   domain_.default_decision.read = MsrRead::kZero;
   const Trap t = Rdmsr(kMsr);
@@ -665,7 +714,7 @@ TEST_F(EmulateTest, EmulateWithoutDecodeOutputsIsUsable) {
   EXPECT_EQ(out.kind, OutcomeKind::kCompleted);
   const DecodeResult r = Decode(t.insn, t.insn_len, t.mode);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Emulate(t, r.insn, domain_, host_).regs.rip, 0x1002u);
+  EXPECT_EQ(Emulate(t, r.insn, domain_, host_).RegsAfter(t.regs).rip, 0x1002u);
 }
 
 }  // namespace

@@ -106,32 +106,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DecodeError error = DecodeError::kOk;
   const Outcome out = DecodeAndEmulate(trap, domain, host, &insn, &error);
 
+  // Every outcome as the register file it leaves; one that is not
+  // completed carries no writes at all.
+  const Regs after = out.RegsAfter(trap.regs);
+  if (out.kind != OutcomeKind::kCompleted) Require(out.written == 0);
+  Require(out.written < (1u << Outcome::kWritableGprs));
   const bool port_io = error == DecodeError::kOk &&
                        (insn.kind == InsnKind::kIn || insn.kind == InsnKind::kOut);
   switch (out.kind) {
     case OutcomeKind::kException:
     case OutcomeKind::kUnhandled:
-      Require(std::memcmp(&out.regs, &trap.regs, sizeof(Regs)) == 0);
+      Require(std::memcmp(&after, &trap.regs, sizeof(Regs)) == 0);
       break;
     case OutcomeKind::kDeviceIo:
       // Only a granted port without a host device; nothing changed.
       Require(port_io && domain.ports_allowed && !out.port_denied && !out.write_dropped);
-      Require(std::memcmp(&out.regs, &trap.regs, sizeof(Regs)) == 0);
+      Require(std::memcmp(&after, &trap.regs, sizeof(Regs)) == 0);
       break;
     case OutcomeKind::kCompleted: {
       Require(error == DecodeError::kOk);
       uint64_t rip = trap.regs.rip + insn.length;
       if (trap.mode == Mode::k32) rip &= 0xffffffffu;
       if (trap.mode == Mode::k16 || trap.mode == Mode::kReal) rip &= 0xffff;
-      Require(out.regs.rip == rip);
+      Require(after.rip == rip);
       for (int r = 0; r < 16; ++r) {
         const bool result_reg = r == kRax || r == kRbx || r == kRcx || r == kRdx;
-        if (!result_reg) Require(out.regs.gpr[r] == trap.regs.gpr[r]);
+        if (!result_reg) Require(after.gpr[r] == trap.regs.gpr[r]);
         if (result_reg && trap.mode != Mode::k64) {
-          Require((out.regs.gpr[r] >> 32) == (trap.regs.gpr[r] >> 32));
+          Require((after.gpr[r] >> 32) == (trap.regs.gpr[r] >> 32));
         }
       }
-      Require((out.regs.rflags | (1u << 16)) == (trap.regs.rflags | (1u << 16)));
+      Require((after.rflags | (1u << 16)) == (trap.regs.rflags | (1u << 16)));
       break;
     }
     default:

@@ -188,7 +188,16 @@ Outcome StructOutcome(const v1::Outcome& o) {
   Outcome out;
   out.kind = static_cast<OutcomeKind>(o.kind());
   out.vector = static_cast<pvemu::emulator::Vector>(o.exception().vector());
-  pvemu::emulator::RegsFromProto(o.regs(), &out.regs);
+  // The registers an instruction can write (EAX..EDX), as the message has
+  // them after it, and RIP and RFLAGS.
+  pvemu::emulator::Regs after;
+  pvemu::emulator::RegsFromProto(o.regs(), &after);
+  for (pvemu::emulator::Gpr r : {pvemu::emulator::kRax, pvemu::emulator::kRbx,
+                                 pvemu::emulator::kRcx, pvemu::emulator::kRdx}) {
+    out.WriteGpr(r, after.gpr[r]);
+  }
+  out.rip = after.rip;
+  out.rflags = after.rflags;
   return out;
 }
 

@@ -141,7 +141,7 @@ class Generator {
     const emulator::Outcome out = session_->Handle(trap, &insn, &error);
     rec->Clear();
     emulator::TrapToProto(trap, rec->mutable_trap());
-    bench::SetExpectation(out, insn, error, rec->mutable_expect());
+    bench::SetExpectation(trap, out, insn, error, rec->mutable_expect());
     if (tally == nullptr) return;
     ++tally->records;
     if (out.kind == emulator::OutcomeKind::kCompleted) ++tally->completed;

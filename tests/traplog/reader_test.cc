@@ -601,14 +601,14 @@ TEST(TrapsV2Test, ReplayFastPathDoesNotAllocate) {
   while (true) {
     absl::StatusOr<bool> more = reader->NextTrap(&trap, &expect);
     if (!more.ok() || !*more) break;
-    Outcome out(trap.regs);
+    Outcome out;
     if (expect.has_vector) {
       out.kind = OutcomeKind::kException;
       out.vector = Vector::kGP;
     } else {
       out.kind = OutcomeKind::kCompleted;
-      out.regs.gpr[kRdx] = expect.value >> 32;
-      out.regs.gpr[kRax] = expect.value & 0xffffffffu;
+      out.WriteGpr(kRax, expect.value & 0xffffffffu);
+      out.WriteGpr(kRdx, expect.value >> 32);
     }
     if (!CheckExpectation(expect, trap, out).ok()) ++mismatches;
     ++n;
