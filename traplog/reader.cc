@@ -492,16 +492,22 @@ class TextImpl final : public TrapLogReader::Impl {
   bool ended_ = false;
 };
 
-// A descriptor for mapping `path` if it is a regular file, else -1 (a FIFO
-// or a device streams through the buffer instead).
+// A descriptor for mapping `path` if it is a regular file on a file system
+// that maps, else -1: a FIFO, a device, or a file system without mmap
+// streams through the buffer instead.
 int MappableFd(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  void* probe = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    probe = mmap(nullptr, 1, PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  if (probe == MAP_FAILED) {
     close(fd);
     return -1;
   }
+  munmap(probe, 1);
   return fd;
 }
 
