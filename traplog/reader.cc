@@ -496,7 +496,12 @@ class TextImpl final : public TrapLogReader::Impl {
 // that maps, else -1: a FIFO, a device, or a file system without mmap
 // streams through the buffer instead.
 int MappableFd(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Never open a FIFO a second time: with its writer gone (a short log
+  // written whole into the pipe), opening it to read waits for another
+  // writer forever. O_NONBLOCK as well, for a FIFO put in the file's place.
+  struct stat named;
+  if (stat(path.c_str(), &named) != 0 || !S_ISREG(named.st_mode)) return -1;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return -1;
   struct stat st;
   void* probe = MAP_FAILED;

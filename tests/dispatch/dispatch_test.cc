@@ -1,12 +1,14 @@
 // The trap path's session state, in process: a session sees an edit at its
 // next trap, its per-session domain cache never mixes up domains that share
 // a slot, and the path without the switchable features (DispatchTesting::HandleWithoutObservers, for
-// the benchmarks) answers exactly as the full one and counts the same.
+// the benchmarks) answers exactly as the full one and counts the same, and
+// shadow registers stay each vCPU's own as a session moves between vCPUs.
 #include "dispatch/dispatch.h"
 #include "dispatch/dispatch_testing.h"
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -101,6 +103,50 @@ TEST_F(DispatchTest, BarePathAnswersAndCountsLikeTheFullOne) {
     for (int r = 0; r < 16; ++r) ASSERT_EQ(after_a.gpr[r], after_b.gpr[r]) << r;
   }
   EXPECT_EQ(dispatcher_->Stats().traps, 2 * traps.size());
+}
+
+// Shadow registers are each vCPU's own: traps of one session that move
+// between vCPUs and domains each reach their own registers, and a second
+// session reaches the same ones.
+TEST_F(DispatchTest, ShadowRegistersStayEachVcpusOwnAsASessionMovesBetweenThem) {
+  for (uint32_t domain : {1u, 2u}) {
+    v1::MsrRule rule;
+    rule.set_msr("IA32_ENERGY_PERF_BIAS");
+    rule.set_read(v1::ReadAction::SHADOW);
+    rule.set_write(v1::WriteAction::SHADOW);
+    rule.set_value(7);
+    ASSERT_TRUE(store_->SetRule(policy::LayerRef::Domain(domain), rule, policy::EditOptions()).ok());
+  }
+  const auto trap = [](uint32_t domain, uint32_t vcpu, bool write, uint64_t value) {
+    emulator::Trap t = Rdmsr(domain, kEnergyPerfBias);
+    t.vcpu = vcpu;
+    if (write) {
+      t.insn[1] = 0x30;
+      t.regs.gpr[emulator::kRax] = value & 0xffffffffu;
+      t.regs.gpr[emulator::kRdx] = value >> 32;
+    }
+    return t;
+  };
+  auto a = dispatcher_->NewSession();
+  auto b = dispatcher_->NewSession();
+  const std::pair<uint32_t, uint32_t> vcpus[] = {{1, 0}, {1, 1}, {2, 0}, {1, 0}, {2, 1}, {2, 1}};
+  // Untouched, each starts at the rule's value.
+  for (const auto& [domain, vcpu] : vcpus) {
+    EXPECT_EQ(ReadValue(a->Handle(trap(domain, vcpu, false, 0))), 7u) << domain << "/" << vcpu;
+  }
+  for (uint64_t round = 1; round <= 3; ++round) {
+    for (const auto& [domain, vcpu] : vcpus) {
+      const uint64_t value = (round << 40) | (domain << 8) | vcpu;
+      ASSERT_EQ(a->Handle(trap(domain, vcpu, true, value)).kind, emulator::OutcomeKind::kCompleted);
+    }
+    for (const auto& [domain, vcpu] : vcpus) {
+      const uint64_t want = (round << 40) | (domain << 8) | vcpu;
+      EXPECT_EQ(ReadValue(a->Handle(trap(domain, vcpu, false, 0))), want) << domain << "/" << vcpu;
+      EXPECT_EQ(ReadValue(b->Handle(trap(domain, vcpu, false, 0))), want) << domain << "/" << vcpu;
+    }
+  }
+  // A vCPU neither session has seen still starts at the rule's value.
+  EXPECT_EQ(ReadValue(b->Handle(trap(1, 5, false, 0))), 7u);
 }
 
 }  // namespace

@@ -1,15 +1,19 @@
 // TrapLogReader: round trips in both encodings, errors that say where,
 // truncation at every byte, flat memory on a long log, NextTrap against Next
-// + TrapFromProto in every encoding, buffer refills, and a replay fast path
-// (NextTrap + CheckExpectation) that does not allocate.
+// + TrapFromProto in every encoding, buffer refills and mapped windows, a
+// FIFO, and a replay fast path (NextTrap + CheckExpectation) that does not
+// allocate.
 #include "traplog/reader.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -544,6 +548,32 @@ TEST(TrapsV2Test, DamagePastTheFirstWindowsNamesItsRecordAndByteOffset) {
                               HasSubstr(absl::StrCat(path, ": record 451 at byte offset ",
                                                      starts[450], ": "))));
   }
+}
+
+// A FIFO named *.traps streams (it cannot be mapped). A short log fits in
+// the pipe whole, so its writer may be gone before the reader looks at what
+// the path is: the reader must not open the FIFO a second time, which would
+// wait for a writer forever.
+TEST(TrapsV2Test, AShortLogThroughAFifoWhoseWriterIsGoneReadsWhole) {
+  TempDir dir;
+  const std::string fifo = dir.File("short.traps");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  std::vector<v1::TrapRecord> want;
+  for (int i = 0; i < 5; ++i) want.push_back(MakeRecord(i));
+  const std::string bytes = WriterFile(want);
+  ASSERT_LT(bytes.size(), 4096u);  // within the pipe's buffer
+  std::thread writer([&] {
+    std::ofstream out(fifo, std::ios::binary);  // waits for the reader
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  });  // and closes at once
+  auto reader = TrapLogReader::Open(fifo);
+  writer.join();
+  ASSERT_THAT(reader, IsOk());
+  absl::Status end;
+  std::vector<v1::TrapRecord> got = ReadAllRecords(reader->get(), &end);
+  EXPECT_THAT(end, IsOk());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ExpectSame(got[i], want[i]);
 }
 
 // pvemud --capture appends to a .traps file as traps arrive; a replay that
