@@ -307,8 +307,10 @@ class V2Impl final : public TrapLogReader::Impl {
   }
 
   std::string ReadFailure() const {
-    if (read_errno_ == 0) return "read failed";
-    return absl::StrCat("read failed: ", std::strerror(read_errno_));
+    if (fd_ < 0) return "read failed";
+    return absl::StrCat("cannot read the file through a mapping: ", std::strerror(read_errno_),
+                        "; replay a copy on a local file system, or stream it "
+                        "through a FIFO named *.traps");
   }
 
   // Makes `need` (<= kBufferBytes) bytes available from pos_. False if the

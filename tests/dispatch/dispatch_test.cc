@@ -36,9 +36,10 @@ emulator::Trap Rdmsr(uint32_t domain, uint32_t msr) {
   return t;
 }
 
-// What a completed RDMSR read (it writes both EAX and EDX, whatever the
-// trap held in them).
+// What a completed RDMSR read: it writes both EAX and EDX, so the trap's
+// registers never show through.
 uint64_t ReadValue(const emulator::Outcome& out) {
+  EXPECT_TRUE(out.Wrote(emulator::kRax) && out.Wrote(emulator::kRdx));
   const emulator::Regs at_trap;
   return (out.GprAfter(emulator::kRdx, at_trap) << 32) |
          (out.GprAfter(emulator::kRax, at_trap) & 0xffffffffu);

@@ -39,11 +39,7 @@ TEST_P(RoundTripTest, FileRecordsComeBackIdentical) {
   std::vector<v1::TrapRecord> want = WriteLog(path, 50);
   auto reader = TrapLogReader::Open(path);
   ASSERT_THAT(reader, IsOk());
-  absl::Status end;
-  std::vector<v1::TrapRecord> got = ReadAllRecords(reader->get(), &end);
-  EXPECT_THAT(end, IsOk());
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ExpectSame(got[i], want[i]);
+  ASSERT_NO_FATAL_FAILURE(ExpectReadsBack(reader->get(), want));
   EXPECT_EQ((*reader)->records_read(), 50);
   // Past the end stays at the end.
   v1::TrapRecord rec;
@@ -77,11 +73,7 @@ TEST_P(RoundTripTest, StreamRecordsComeBackIdentical) {
                                         HasSubstr("closed twice")));
   auto reader = TrapLogReader::ForStream(&buf, enc, "mem");
   ASSERT_THAT(reader, IsOk());
-  absl::Status end;
-  std::vector<v1::TrapRecord> got = ReadAllRecords(reader->get(), &end);
-  EXPECT_THAT(end, IsOk());
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ExpectSame(got[i], want[i]);
+  ExpectReadsBack(reader->get(), want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Encodings, RoundTripTest,
@@ -477,10 +469,7 @@ TEST(TrapsV2Test, RecordsOfEverySizeAcrossRefillsAndMappedWindows) {
   std::unique_ptr<TrapLogReader> reader =
       ReaderOf(&in, TrapLogEncoding::kBinary, "mem");
   ASSERT_NE(reader, nullptr);
-  std::vector<TrapAndExpect> traps = ReadAllTraps(reader.get(), &end);
-  EXPECT_THAT(end, IsOk());
-  ASSERT_EQ(traps.size(), want.size());
-  for (size_t i = 0; i < traps.size(); ++i) ExpectNextTrapOf(traps[i], want[i]);
+  ASSERT_NO_FATAL_FAILURE(ExpectTrapsReadBack(reader.get(), want));
 
   TempDir dir;
   const std::string path = dir.File("sizes.traps");
@@ -488,19 +477,10 @@ TEST(TrapsV2Test, RecordsOfEverySizeAcrossRefillsAndMappedWindows) {
   ASSERT_GT(bytes.size(), size_t{9} << 20);
   auto file = TrapLogReader::Open(path);
   ASSERT_THAT(file, IsOk());
-  got = ReadAllRecords(file->get(), &end);
-  EXPECT_THAT(end, IsOk());
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    SCOPED_TRACE(i);
-    ExpectSame(got[i], want[i]);
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectReadsBack(file->get(), want));
   file = TrapLogReader::Open(path);
   ASSERT_THAT(file, IsOk());
-  traps = ReadAllTraps(file->get(), &end);
-  EXPECT_THAT(end, IsOk());
-  ASSERT_EQ(traps.size(), want.size());
-  for (size_t i = 0; i < traps.size(); ++i) ExpectNextTrapOf(traps[i], want[i]);
+  ExpectTrapsReadBack(file->get(), want);
 }
 
 // A file of `count` records of about 24 KiB each, so that later ones lie
@@ -569,11 +549,7 @@ TEST(TrapsV2Test, AShortLogThroughAFifoWhoseWriterIsGoneReadsWhole) {
   auto reader = TrapLogReader::Open(fifo);
   writer.join();
   ASSERT_THAT(reader, IsOk());
-  absl::Status end;
-  std::vector<v1::TrapRecord> got = ReadAllRecords(reader->get(), &end);
-  EXPECT_THAT(end, IsOk());
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ExpectSame(got[i], want[i]);
+  ExpectReadsBack(reader->get(), want);
 }
 
 // pvemud --capture appends to a .traps file as traps arrive; a replay that

@@ -246,6 +246,29 @@ inline void ExpectNextTrapOf(const TrapAndExpect& got,
       << Describe(got.expect) << " vs " << Describe(want_expect);
 }
 
+// Reads `reader` to its end (with Next; with NextTrap): a clean end, and
+// exactly the records of `want`, in order.
+inline void ExpectReadsBack(TrapLogReader* reader, const std::vector<v1::TrapRecord>& want) {
+  absl::Status end;
+  const std::vector<v1::TrapRecord> got = ReadAllRecords(reader, &end);
+  EXPECT_THAT(end, IsOk());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(i);
+    ExpectSame(got[i], want[i]);
+  }
+}
+inline void ExpectTrapsReadBack(TrapLogReader* reader, const std::vector<v1::TrapRecord>& want) {
+  absl::Status end;
+  const std::vector<TrapAndExpect> got = ReadAllTraps(reader, &end);
+  EXPECT_THAT(end, IsOk());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(i);
+    ExpectNextTrapOf(got[i], want[i]);
+  }
+}
+
 // Records that together use every field and edge of the PVTRAPS2 layout.
 inline std::vector<v1::TrapRecord> EveryFieldRecords() {
   std::vector<v1::TrapRecord> out;
