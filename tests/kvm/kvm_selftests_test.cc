@@ -36,11 +36,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -947,10 +949,32 @@ uint64_t JsonU64(const google::protobuf::Value& v) {
   return n;
 }
 
+// Who watches the audit stream while the guest runs: no one, a `pvemuctl
+// watch` reading as fast as it can, or one stopped (SIGSTOP) from before the
+// guest starts until after it ended, so that nothing reads pvemud's stream.
+enum class Watcher { kNone, kReading, kStopped };
+
+const char* WatcherName(Watcher w) {
+  switch (w) {
+    case Watcher::kNone: return "without a watcher";
+    case Watcher::kReading: return "with a watcher";
+    case Watcher::kStopped: return "with a stopped watcher";
+  }
+  return "?";
+}
+
+// The state letter /proc/PID/stat gives ('T': stopped by a signal).
+char ProcessState(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the command name may hold spaces
+  return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
+}
+
 class KvmAuditLoopTest : public KvmSelftestsTest {
  protected:
-  static const AuditResult& Audit(bool watcher) {
-    static std::map<bool, AuditResult>* results = new std::map<bool, AuditResult>;
+  static const AuditResult& Audit(Watcher watcher) {
+    static std::map<Watcher, AuditResult>* results = new std::map<Watcher, AuditResult>;
     auto it = results->find(watcher);
     if (it == results->end()) {
       AuditResult r;
@@ -976,8 +1000,9 @@ class KvmAuditLoopTest : public KvmSelftestsTest {
   }
 
  private:
-  static void Compute(bool watcher, AuditResult* r) {
-    TempDir dir(watcher ? "audit-watched" : "audit");
+  static void Compute(Watcher mode, AuditResult* r) {
+    const bool watcher = mode != Watcher::kNone;
+    TempDir dir(mode == Watcher::kNone ? "audit" : mode == Watcher::kReading ? "audit-watched" : "audit-stopped");
     Pvemud daemon(dir.path());
     daemon.Start(TestPolicyPath("audit-loop"));
     if (::testing::Test::HasFatalFailure()) {
@@ -1024,6 +1049,17 @@ class KvmAuditLoopTest : public KvmSelftestsTest {
         return;
       }
     }
+    if (mode == Watcher::kStopped) {
+      watch.Signal(SIGSTOP);
+      const auto by = steady_clock::now() + seconds(10);
+      while (ProcessState(watch.pid()) != 'T' && steady_clock::now() < by) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      if (ProcessState(watch.pid()) != 'T') {
+        r->error = absl::StrCat("the watcher (pid ", watch.pid(), ") did not stop on SIGSTOP");
+        return;
+      }
+    }
     ChildProcess vm;
     if (!vm.Start({PvemuVmPath(), absl::StrCat("--domain=", kDomain), "--server=" + daemon.address(),
                    "--timeout=600", "-o", "json", GuestPath("audit_loop")})) {
@@ -1043,6 +1079,7 @@ class KvmAuditLoopTest : public KvmSelftestsTest {
       }
     }
     if (!watcher) return;
+    if (mode == Watcher::kStopped) watch.Signal(SIGCONT);
     // The VM's last batch reached pvemud before it exited; one more edit,
     // and once the watcher printed it, it printed every trap event before.
     const int edits_before = edits_seen();
@@ -1089,9 +1126,15 @@ class KvmAuditLoopTest : public KvmSelftestsTest {
     ASSERT_CLEAN_RUN((r).run);                      \
   } while (0)
 
-TEST_F(KvmAuditLoopTest, EveryLoopWriteCompletesAndExits) {
-  for (bool watcher : {false, true}) {
-    SCOPED_TRACE(watcher ? "with a watcher" : "without a watcher");
+// What auditing costs the guest is not asserted here: timed checks fail on a
+// shared machine for reasons of the machine's. What makes it cheap is: the
+// vCPU only pushes an event into a lock-free ring (kvm/audit_ring.h) and
+// never waits for a watcher. That is checked with a watcher stopped for the
+// whole run: every loop still completes (a vCPU that waited would hang until
+// the run's timeout). The slowdowns are printed for the reader.
+TEST_F(KvmAuditLoopTest, EveryLoopWriteCompletesAndExitsWhateverTheWatcherDoes) {
+  for (Watcher watcher : {Watcher::kNone, Watcher::kReading, Watcher::kStopped}) {
+    SCOPED_TRACE(WatcherName(watcher));
     const AuditResult& r = Audit(watcher);
     ASSERT_AUDIT_RAN(r);
     for (uint32_t msr : {kBaselineMsr, kAuditedMsr, kUnknownMsr}) {
@@ -1103,6 +1146,12 @@ TEST_F(KvmAuditLoopTest, EveryLoopWriteCompletesAndExits) {
       EXPECT_EQ(r.ticks.contains(msr) ? r.ticks.at(msr).size() : 0, kAuditRounds) << r.run.Describe();
     }
     EXPECT_EQ(Count(r.run, kExits, "wrmsr"), 3 * kAuditRounds * AuditWrites()) << r.run.Describe();
+    if (r.ticks.size() == 3) {
+      std::printf("%s: an audited write takes %.3fx a plain (IGNORE) one, an unknown-MSR "
+                  "(rate-limited) one %.3fx (fastest of %" PRIu64 " loops each); loops (ticks): %s\n",
+                  WatcherName(watcher), Slowdown(r, kAuditedMsr), Slowdown(r, kUnknownMsr),
+                  kAuditRounds, r.tick_text.c_str());
+    }
   }
 }
 
@@ -1110,7 +1159,7 @@ TEST_F(KvmAuditLoopTest, EveryLoopWriteCompletesAndExits) {
 // one unknown-MSR event per (domain, MSR) a second, the next one carrying
 // how many were suppressed.
 TEST_F(KvmAuditLoopTest, UnknownMsrEventsOfATightLoopAreRateLimitedToOneASecond) {
-  const AuditResult& r = Audit(true);
+  const AuditResult& r = Audit(Watcher::kReading);
   ASSERT_AUDIT_RAN(r);
   uint64_t events = 0, represented = 0;
   for (const AuditEventSeen& e : r.events) {
@@ -1132,61 +1181,29 @@ TEST_F(KvmAuditLoopTest, UnknownMsrEventsOfATightLoopAreRateLimitedToOneASecond)
 // dispatch/audit.h and kvm/audit_ring.h: audited traps are not rate-limited;
 // a full ring (or a slow watcher's full queue) drops and counts, and a
 // watcher is told what it lost with the next trap event (`suppressed`). So
-// every audited write shows: as an event, or in a suppressed count.
+// every audited write shows: as an event, or in a suppressed count; also
+// to a watcher that read nothing while the guest ran (pvemud queued for it).
 TEST_F(KvmAuditLoopTest, EveryAuditedWriteReachesTheWatcherOrIsCountedAsSuppressed) {
-  const AuditResult& r = Audit(true);
-  ASSERT_AUDIT_RAN(r);
-  uint64_t events = 0, suppressed = 0;
-  for (const AuditEventSeen& e : r.events) {
-    if (e.reason != "audit-rule") continue;
-    EXPECT_EQ(e.msr, kAuditedMsr);
-    EXPECT_EQ(e.domain, static_cast<uint32_t>(kDomain));
-    EXPECT_EQ(e.mnemonic, "wrmsr");
-    EXPECT_EQ(e.outcome, "COMPLETED");
-    ++events;
-    suppressed += e.suppressed;
-  }
-  const uint64_t writes = kAuditRounds * AuditWrites();
-  std::printf("audit-rule events for %" PRIu64 " audited writes: %" PRIu64 " delivered, %" PRIu64
-              " counted as suppressed\n",
-              writes, events, suppressed);
-  EXPECT_EQ(events + suppressed, writes)
-      << (writes - events - suppressed) << " audited writes neither delivered nor counted";
-}
-
-// What auditing costs the guest. The vCPU only pushes an event into a
-// lock-free ring (kvm/audit_ring.h), watcher or not: without a watcher, an
-// audited or unknown-MSR write costs what a plain one does, within the
-// bound. With a watcher, pvemud and pvemuctl work on the same cores (2
-// here) while the guest runs: the rate-limited unknown-MSR loop stays
-// within the bound (the rate limit's cost), and the audited loop, whose
-// events are not rate-limited, only within a looser one that still shows
-// the vCPU never waits for the watcher.
-TEST_F(KvmAuditLoopTest, AuditingSlowsTheGuestByNoMoreThanTheRateLimitsCost) {
-  const double bound = UnderNestedTcg() ? 1.5 : 1.25;
-  const double unlimited_bound = UnderNestedTcg() ? 8.0 : 4.0;
-  for (bool watcher : {false, true}) {
-    SCOPED_TRACE(watcher ? "with a watcher" : "without a watcher");
+  for (Watcher watcher : {Watcher::kReading, Watcher::kStopped}) {
+    SCOPED_TRACE(WatcherName(watcher));
     const AuditResult& r = Audit(watcher);
     ASSERT_AUDIT_RAN(r);
-    const double audited = Slowdown(r, kAuditedMsr), unknown = Slowdown(r, kUnknownMsr);
-    const double seconds_run = r.run.Number({"seconds"}).value_or(0);
-    uint64_t all_ticks = 0;
-    for (const auto& [msr, loops] : r.ticks) {
-      for (uint64_t t : loops) all_ticks += t;
+    uint64_t events = 0, suppressed = 0;
+    for (const AuditEventSeen& e : r.events) {
+      if (e.reason != "audit-rule") continue;
+      EXPECT_EQ(e.msr, kAuditedMsr);
+      EXPECT_EQ(e.domain, static_cast<uint32_t>(kDomain));
+      EXPECT_EQ(e.mnemonic, "wrmsr");
+      EXPECT_EQ(e.outcome, "COMPLETED");
+      ++events;
+      suppressed += e.suppressed;
     }
-    // TSC ticks to nanoseconds by the run's length (the loops are nearly all of it).
-    const double ns_per_tick = all_ticks == 0 ? 0 : seconds_run * 1e9 / static_cast<double>(all_ticks);
-    std::printf("%s: a plain write (IGNORE) takes %.0f TSC ticks (~%.1f us); an audited one %.3fx "
-                "that, an unknown-MSR (rate-limited) one %.3fx (bound %.2fx%s); loops (ticks): %s\n",
-                watcher ? "with a watcher" : "without a watcher",
-                static_cast<double>(Fastest(r, kBaselineMsr)) / AuditWrites(),
-                static_cast<double>(Fastest(r, kBaselineMsr)) / AuditWrites() * ns_per_tick / 1000,
-                audited, unknown, bound,
-                watcher ? absl::StrFormat(", audited with a watcher %.1fx", unlimited_bound).c_str() : "",
-                r.tick_text.c_str());
-    EXPECT_LE(unknown, bound) << r.tick_text << r.run.Describe();
-    EXPECT_LE(audited, watcher ? unlimited_bound : bound) << r.tick_text << r.run.Describe();
+    const uint64_t writes = kAuditRounds * AuditWrites();
+    std::printf("%s: audit-rule events for %" PRIu64 " audited writes: %" PRIu64
+                " delivered, %" PRIu64 " counted as suppressed\n",
+                WatcherName(watcher), writes, events, suppressed);
+    EXPECT_EQ(events + suppressed, writes)
+        << (writes - events - suppressed) << " audited writes neither delivered nor counted";
   }
 }
 
