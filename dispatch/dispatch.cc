@@ -313,7 +313,8 @@ void Dispatcher::AddTables(const TrapCountTables& tables, const policy::Snapshot
           accesses.push_back(a);
         },
         [&](uint32_t code, uint64_t n) { overflow.emplace_back(code, n); });
-    tables.ForEachSlot([&](uint32_t domain, uint32_t msr, uint32_t code, uint64_t n) {
+    tables.ForEachSlot([&](uint32_t, uint32_t domain, uint32_t msr, uint32_t code,
+                           emulator::OutcomeKind, uint64_t n) {
       if (domain < TrapCountTables::kMsrKeyDomains) {
         accesses.push_back(Access{domain, msr, code, n});
       } else {
@@ -621,7 +622,10 @@ void Dispatcher::Session::CountMsrDetail(const policy::Snapshot& snapshot,
       view.relaxed() & (write ? policy::MsrEntry::kRelaxedWrite : policy::MsrEntry::kRelaxedRead);
   std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
   const uint32_t slot = view.slot() & ~policy::MsrIndex::kUnnamedSlot;
-  bool at_slot = slot != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0);
+  // A slot's counter is also the trap's count by kind (kCountersPerSlot).
+  uint32_t counter = 0;
+  bool at_slot = slot != 0 && slots != nullptr && out.relaxed == (entry_relaxed != 0) &&
+                 TrapCountTables::SlotCounter(slot, write, out.kind, &counter);
   if (at_slot && (view.slot() & policy::MsrIndex::kUnnamedSlot) != 0) {
     // A position no rule names: this MSR's if it is free or already lent to
     // it (TrapCountTables::LentTo), with the codes a named slot's layout
@@ -641,11 +645,16 @@ void Dispatcher::Session::CountMsrDetail(const policy::Snapshot& snapshot,
       at_slot = TrapCountTables::LentTo(m, view.msr());
     }
   }
+  if (!at_slot) {
+    tables.CountTrap(cached.block,
+                     static_cast<int>(write ? emulator::InsnKind::kWrmsr : emulator::InsnKind::kRdmsr),
+                     out.kind);
+  }
   if (at_slot) {
     // Count counts a slot in line but for its first count this generation
     // and a learning domain's accesses. Release: a reader that sees the
     // count sees a lent slot's meta.
-    std::atomic<uint64_t>& c = slots[(slot - 1) * 2 + (write ? 1 : 0)];
+    std::atomic<uint64_t>& c = slots[counter];
     const uint64_t n = c.load(std::memory_order_relaxed);
     c.store(n + 1, std::memory_order_release);
     if (n != 0) return;
@@ -679,26 +688,33 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Dispatcher::Session::Count(
   TrapCountTables& tables = *tables_;
   DomainView<true>& view = static_cast<DomainView<true>&>(*view_);
   const bool decoded_ok = decode_error == emulator::DecodeError::kOk;
-  // The trap's one count by (domain, instruction, outcome): it is also its
-  // count in Stats(), so a counting trap bumps nothing else for it.
-  tables.CountTrap(cached.block,
-                   decoded_ok ? static_cast<int>(decoded.kind) : TrapCountTables::kUndecodable,
-                   out.kind);
-  if (!view.LookedUp() || !decoded_ok) return;
+  const bool msr_access = view.LookedUp() && decoded_ok &&
+                          (decoded.kind == emulator::InsnKind::kRdmsr ||
+                           decoded.kind == emulator::InsnKind::kWrmsr);
+  if (!msr_access) {
+    // The trap's one count by (domain, instruction, outcome): it is also its
+    // count in Stats(), so a counting trap bumps nothing else for it.
+    tables.CountTrap(cached.block,
+                     decoded_ok ? static_cast<int>(decoded.kind) : TrapCountTables::kUndecodable,
+                     out.kind);
+    return;
+  }
   const bool write = decoded.kind == emulator::InsnKind::kWrmsr;
-  if (!write && decoded.kind != emulator::InsnKind::kRdmsr) [[unlikely]] return;
   // A named MSR whose answer is its entry's, after its first count: one load
-  // and one store at its slot; an MSR no rule names, the same at the free
-  // slot its look-up stopped at once that slot is lent to it (one more
-  // load). The rest (a first count, a slot lent to another MSR, a learning
-  // domain's access) out of line.
+  // and one store at its slot's counter for the access and outcome, which
+  // is also the trap's count by kind (TrapCountTables::kCountersPerSlot); an
+  // MSR no rule names, the same at the free slot its look-up stopped at once
+  // that slot is lent to it (one more load). The rest (a first count, a slot
+  // lent to another MSR, a learning domain's access) out of line.
   std::atomic<uint64_t>* const slots = domain_slots_[&cached - domain_cache_];
   const uint32_t slot = view.slot() & ~policy::MsrIndex::kUnnamedSlot;
-  if (slot != 0 && slots != nullptr && !out.relaxed && view.relaxed() == 0) [[likely]] {
+  uint32_t counter = 0;
+  if (slot != 0 && slots != nullptr && !out.relaxed && view.relaxed() == 0 &&
+      TrapCountTables::SlotCounter(slot, write, out.kind, &counter)) [[likely]] {
     if ((view.slot() & policy::MsrIndex::kUnnamedSlot) == 0 ||
         TrapCountTables::LentTo(tables.MetaAt(slots, slot).load(std::memory_order_relaxed),
                                 view.msr())) {
-      std::atomic<uint64_t>& c = slots[(slot - 1) * 2 + (write ? 1 : 0)];
+      std::atomic<uint64_t>& c = slots[counter];
       const uint64_t n = c.load(std::memory_order_relaxed);
       if (n != 0) [[likely]] {
         c.store(n + 1, std::memory_order_relaxed);

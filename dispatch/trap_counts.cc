@@ -56,15 +56,21 @@ void TrapCountTables::FoldSlots() {
   const uint32_t seq = layout_seq.load(std::memory_order_relaxed);
   layout_seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  ForEachSlot([&](uint32_t domain, uint32_t msr, uint32_t code, uint64_t n) {
+  ForEachSlot([&](uint32_t block, uint32_t domain, uint32_t msr, uint32_t code,
+                  emulator::OutcomeKind outcome, uint64_t n) {
     if (domain < kMsrKeyDomains) {
       msrs.Add(MsrKey(domain, msr, code), n, code);
     } else {
       msrs.AddOverflow(code, n);
     }
+    // The traps' count by kind was the slot's (kCountersPerSlot): it moves too.
+    std::atomic<uint64_t>& kind = domain_kinds[block].counts[KindIndex(SlotInsn(code), outcome)];
+    kind.store(kind.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   });
   for (uint32_t c = 0; c < slots_used; ++c) slot_counts[c].store(0, std::memory_order_relaxed);
-  for (uint32_t c = 0; c < slots_used / 2; ++c) slot_meta[c].store(0, std::memory_order_relaxed);
+  for (uint32_t c = 0; c < slots_used / kCountersPerSlot; ++c) {
+    slot_meta[c].store(0, std::memory_order_relaxed);
+  }
   for (uint32_t b = 0; b < kMaxDomains; ++b) {
     region_end[b].store(0, std::memory_order_relaxed);
     region_begin[b].store(0, std::memory_order_relaxed);

@@ -183,22 +183,43 @@ struct TrapCountTables {
     return used;
   }
   void CountTrap(uint32_t block, int insn, emulator::OutcomeKind outcome) {
-    CountTable<kLog2MsrSlots>::Increment(
-        domain_kinds[block].counts[insn * kOutcomes + ((static_cast<int>(outcome) - 1) & 3)]);
+    CountTable<kLog2MsrSlots>::Increment(domain_kinds[block].counts[KindIndex(insn, outcome)]);
+  }
+  static constexpr int KindIndex(int insn, emulator::OutcomeKind outcome) {
+    return insn * kOutcomes + ((static_cast<int>(outcome) - 1) & 3);
   }
   // Any thread: fn(domain or kOtherDomain, insn, outcome, count) for every
-  // nonzero count.
+  // nonzero count. An RDMSR or WRMSR counted at its slot is counted there
+  // only (kCountersPerSlot): its block's counts are read with its slots
+  // inside layout_seq, so that a fold moving them is never seen half done.
   static constexpr uint64_t kOtherDomain = uint64_t{1} << 32;
   template <typename Fn>
   void ForEachKind(Fn&& fn) const {
+    constexpr int kKinds = (kUndecodable + 1) * kOutcomes;
     const uint32_t used = domains_used.load(std::memory_order_acquire);
     for (uint32_t b = 0; b <= kMaxDomains; ++b) {
       if (b < kMaxDomains && b >= used) continue;
       const uint64_t domain =
           b == kMaxDomains ? kOtherDomain : domain_ids[b].load(std::memory_order_relaxed);
-      for (int i = 0; i < (kUndecodable + 1) * kOutcomes; ++i) {
-        const uint64_t n = domain_kinds[b].counts[i].load(std::memory_order_relaxed);
-        if (n != 0) fn(domain, i / kOutcomes, static_cast<emulator::OutcomeKind>(i % kOutcomes + 1), n);
+      uint64_t counts[kKinds];
+      for (;;) {
+        const uint32_t seq = layout_seq.load(std::memory_order_acquire);
+        if ((seq & 1) != 0) continue;
+        for (int i = 0; i < kKinds; ++i) {
+          counts[i] = domain_kinds[b].counts[i].load(std::memory_order_relaxed);
+        }
+        if (b < kMaxDomains) {
+          ForEachSlotOf(b, [&](uint32_t, uint32_t code, emulator::OutcomeKind outcome, uint64_t n) {
+            counts[KindIndex(SlotInsn(code), outcome)] += n;
+          });
+        }
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (layout_seq.load(std::memory_order_relaxed) == seq) break;
+      }
+      for (int i = 0; i < kKinds; ++i) {
+        if (counts[i] != 0) {
+          fn(domain, i / kOutcomes, static_cast<emulator::OutcomeKind>(i % kOutcomes + 1), counts[i]);
+        }
       }
     }
   }
@@ -225,6 +246,26 @@ struct TrapCountTables {
     return false;
   }
 
+  // A slot's four counters: (read, write) x (completed, #GP), so that the
+  // count at a slot is also the trap's count by (domain, instruction,
+  // outcome) and a trap makes one counting store, not two; an outcome that
+  // is neither (none an MSR access has today) counts by kind and by key.
+  static constexpr uint32_t kCountersPerSlot = 4;
+  // The counter of `slot` (1..) for an access with this outcome; false when
+  // the outcome has none.
+  static bool SlotCounter(uint32_t slot, bool write, emulator::OutcomeKind outcome,
+                          uint32_t* counter) {
+    const uint32_t k = static_cast<uint32_t>(outcome) - 1;  // kCompleted 0, kException 1
+    *counter = (slot - 1) * kCountersPerSlot + k * 2 + (write ? 1 : 0);
+    return k < 2;
+  }
+  static emulator::OutcomeKind CounterOutcome(uint32_t counter) {
+    return (counter & 2) != 0 ? emulator::OutcomeKind::kException : emulator::OutcomeKind::kCompleted;
+  }
+  static int SlotInsn(uint32_t code) {
+    return static_cast<int>((code & 16) != 0 ? emulator::InsnKind::kWrmsr : emulator::InsnKind::kRdmsr);
+  }
+
   static uint64_t MsrKey(uint32_t domain, uint32_t msr, uint32_t code) {
     return kUsed | uint64_t{domain} << 37 | uint64_t{msr} << 5 | code;
   }
@@ -241,11 +282,11 @@ struct TrapCountTables {
   // alone, domains past the arena and reserved-bit relaxations count in
   // `msrs` as before, but for the first unnamed MSR each empty position of
   // the exact table meets: it counts there as a named one does (LentTo).
-  static constexpr uint32_t kSlotCounters = 8192;  // 64 KiB a counting session
+  static constexpr uint32_t kSlotCounters = 16384;  // 128 KiB a counting session
   std::atomic<uint64_t> slot_counts[kSlotCounters] = {};
   // Per slot (counter pair): kUsed | read code << 42 | write code << 37 |
   // msr (codes as MsrCode gives them); 0 for a position with no MSR.
-  std::atomic<uint64_t> slot_meta[kSlotCounters / 2] = {};
+  std::atomic<uint64_t> slot_meta[kSlotCounters / kCountersPerSlot] = {};
   // Per block, its region [begin, end) in counters; end 0: none laid out.
   std::atomic<uint32_t> region_begin[kMaxDomains] = {};
   std::atomic<uint32_t> region_end[kMaxDomains] = {};
@@ -260,7 +301,7 @@ struct TrapCountTables {
   // The meta of slot `slot` (1..) of the region whose counters begin at
   // `counters` (what SlotsFor returned).
   std::atomic<uint64_t>& MetaAt(const std::atomic<uint64_t>* counters, uint32_t slot) {
-    return slot_meta[(counters - slot_counts) / 2 + slot - 1];
+    return slot_meta[(counters - slot_counts) / kCountersPerSlot + slot - 1];
   }
   // Whether `meta` is lent to `msr`, for a slot no rule names: a position the
   // exact table leaves empty counts for the first MSR no rule names whose
@@ -280,40 +321,49 @@ struct TrapCountTables {
     const uint32_t end = region_end[block].load(std::memory_order_relaxed);
     if (end != 0) return &slot_counts[region_begin[block].load(std::memory_order_relaxed)];
     if ((region_refused >> block & 1) != 0) return nullptr;
-    if (uint64_t{slots} * 2 > kSlotCounters - slots_used) {
+    if (uint64_t{slots} * kCountersPerSlot > kSlotCounters - slots_used) {
       region_refused |= uint64_t{1} << block;
       return nullptr;
     }
     const uint32_t begin = slots_used;
     for (uint32_t s = 1; s <= slots; ++s) {
-      slot_meta[begin / 2 + s - 1].store(meta(s), std::memory_order_relaxed);
+      slot_meta[begin / kCountersPerSlot + s - 1].store(meta(s), std::memory_order_relaxed);
     }
-    slots_used += slots * 2;
+    slots_used += slots * kCountersPerSlot;
     region_begin[block].store(begin, std::memory_order_relaxed);
-    region_end[block].store(begin + slots * 2, std::memory_order_release);
+    region_end[block].store(begin + slots * kCountersPerSlot, std::memory_order_release);
     return &slot_counts[begin];
   }
   // The writer, at a generation change: every slot count moves into `msrs`
   // by key, and the arena is free for the new generation's layout.
   void FoldSlots();
-  // Any thread, inside layout_seq: fn(domain, msr, code, count) for every
-  // nonzero slot count (a domain from kMsrKeyDomains up counts as "other").
+  // Any thread, inside layout_seq: fn(block, domain, msr, code, outcome,
+  // count) for every nonzero slot counter (a domain from kMsrKeyDomains up
+  // counts as "other").
   template <typename Fn>
   void ForEachSlot(Fn&& fn) const {
     const uint32_t used = domains_used.load(std::memory_order_acquire);
     for (uint32_t b = 0; b < used && b < kMaxDomains; ++b) {
-      const uint32_t end = region_end[b].load(std::memory_order_acquire);
-      if (end == 0) continue;
       const uint32_t domain = domain_ids[b].load(std::memory_order_relaxed);
-      for (uint32_t c = region_begin[b].load(std::memory_order_relaxed); c < end; ++c) {
-        // Acquire: a lent slot's meta is stored before its first count.
-        const uint64_t n = slot_counts[c].load(std::memory_order_acquire);
-        if (n == 0) continue;
-        const uint64_t meta = slot_meta[c / 2].load(std::memory_order_relaxed);
-        if (meta == 0) continue;
-        const uint32_t code = static_cast<uint32_t>(meta >> ((c & 1) != 0 ? 37 : 42)) & 31;
-        fn(domain, static_cast<uint32_t>(meta), code, n);
-      }
+      ForEachSlotOf(b, [&](uint32_t msr, uint32_t code, emulator::OutcomeKind outcome, uint64_t n) {
+        fn(b, domain, msr, code, outcome, n);
+      });
+    }
+  }
+  // The same for block b's slots: fn(msr, code, outcome, count).
+  template <typename Fn>
+  void ForEachSlotOf(uint32_t b, Fn&& fn) const {
+    const uint32_t end = region_end[b].load(std::memory_order_acquire);
+    if (end == 0) return;
+    const uint32_t begin = region_begin[b].load(std::memory_order_relaxed);
+    for (uint32_t c = begin; c < end; ++c) {
+      // Acquire: a lent slot's meta is stored before its first count.
+      const uint64_t n = slot_counts[c].load(std::memory_order_acquire);
+      if (n == 0) continue;
+      const uint64_t meta = slot_meta[c / kCountersPerSlot].load(std::memory_order_relaxed);
+      if (meta == 0) continue;
+      const uint32_t code = static_cast<uint32_t>(meta >> ((c & 1) != 0 ? 37 : 42)) & 31;
+      fn(static_cast<uint32_t>(meta), code, CounterOutcome(c - begin), n);
     }
   }
 

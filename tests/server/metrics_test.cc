@@ -158,6 +158,7 @@ class SlotCountsTest : public TrapCountsTest {
         msr { msr: "0x12345600" read: GP write: GP }
         msr { msr: "0x12345601" read: CONST value: 5 write: IGNORE }
         msr { msr: "0x12345602" read: ZERO write: SHADOW }
+        msr { msr: "0x12345603" read: PASSTHROUGH write: GP }
         msr { range { first: "0x40000000" last: "0x400000ff" } read: ZERO write: IGNORE }
       }
       domain { domain: 3 msr { msr: "0x12345601" read: ZERO write: GP } }
@@ -178,6 +179,15 @@ class SlotCountsTest : public TrapCountsTest {
   uint64_t Count(uint32_t domain, uint32_t msr, bool write, dispatch::MsrAction action) {
     for (const dispatch::MsrCount& c : dispatcher_->CountsByKey().msrs) {
       if (c.domain == domain && c.msr == msr && c.write == write && c.action == action) {
+        return c.count;
+      }
+    }
+    return 0;
+  }
+  // The trap count by (domain, instruction, outcome) in the series by kind.
+  uint64_t KindCount(uint32_t domain, emulator::InsnKind insn, emulator::OutcomeKind outcome) {
+    for (const dispatch::KindCount& c : dispatcher_->CountsByKey().kinds) {
+      if (c.domain == domain && c.insn == static_cast<int>(insn) && c.outcome == outcome) {
         return c.count;
       }
     }
@@ -257,6 +267,40 @@ TEST_F(SlotCountsTest, EachDomainsSlotsKeepItsOwnActions) {
   EXPECT_EQ(Count(3, 0x12345601, true, dispatch::MsrAction::kGp), 1u);
 }
 
+// An MSR access counted at its slot is counted by kind there too, as the
+// outcome its action gives (#GP for GP, else completed). One whose outcome
+// is not its action's (a PASSTHROUGH read the host faults: 0x12345603 is no
+// MSR of the sim host) counts by kind under its own outcome, before and
+// after an edit folds the slots.
+TEST_F(SlotCountsTest, EachMsrAccessCountsOnceByKindUnderItsOwnOutcome) {
+  using emulator::InsnKind;
+  using emulator::OutcomeKind;
+  auto session = dispatcher_->NewSession();
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(session->Handle(Rdmsr(1, 0x12345603)).kind, OutcomeKind::kException);
+      EXPECT_EQ(session->Handle(Rdmsr(1, 0x12345601)).kind, OutcomeKind::kCompleted);
+      EXPECT_EQ(session->Handle(Rdmsr(1, 0x12345600)).kind, OutcomeKind::kException);
+      EXPECT_EQ(session->Handle(Rdmsr(1, 0x12345601, /*write=*/true)).kind, OutcomeKind::kCompleted);
+    }
+    const uint64_t n = 3 * (round + 1);
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    EXPECT_EQ(Count(1, 0x12345603, false, dispatch::MsrAction::kPassthrough), n);
+    EXPECT_EQ(KindCount(1, InsnKind::kRdmsr, OutcomeKind::kException), 2 * n);
+    EXPECT_EQ(KindCount(1, InsnKind::kRdmsr, OutcomeKind::kCompleted), n);
+    EXPECT_EQ(KindCount(1, InsnKind::kWrmsr, OutcomeKind::kCompleted), n);
+    EXPECT_EQ(KindCount(1, InsnKind::kWrmsr, OutcomeKind::kException), 0u);
+    const dispatch::TrapStats stats = dispatcher_->Stats();
+    EXPECT_EQ(stats.traps, 4 * n);
+    EXPECT_EQ(stats.exceptions, 2 * n);
+    EXPECT_EQ(stats.completed, 2 * n);
+    Edit();  // the slots fold into the by-key table; the next round lays them out anew
+  }
+  session.reset();
+  EXPECT_EQ(KindCount(1, InsnKind::kRdmsr, OutcomeKind::kException), 12u);
+  EXPECT_EQ(dispatcher_->Stats().traps, 24u);
+}
+
 // Several vCPUs (sessions) counting at once while the policy is edited and
 // a reader scrapes: no series ever goes down, and at the end each equals
 // the traps sent.
@@ -271,8 +315,16 @@ TEST_F(SlotCountsTest, SeveralSessionsCountingAtOnceSumToTheTrapsSent) {
   std::thread reader([&] {
     std::map<std::tuple<std::optional<uint32_t>, std::optional<uint32_t>, bool, int>, uint64_t> last;
     while (!done.load()) {
-      for (const dispatch::MsrCount& c : dispatcher_->CountsByKey().msrs) {
+      const dispatch::Dispatcher::Counts counts = dispatcher_->CountsByKey();
+      for (const dispatch::MsrCount& c : counts.msrs) {
         uint64_t& seen = last[{c.domain, c.msr, c.write, static_cast<int>(c.action)}];
+        if (c.count < seen) decreases.fetch_add(1);
+        seen = c.count;
+      }
+      // The series by kind too: an MSR trap's count there is its slot's
+      // until a fold moves it, and a reader must never see it in neither.
+      for (const dispatch::KindCount& c : counts.kinds) {
+        uint64_t& seen = last[{c.domain, std::nullopt, false, 100 * c.insn + static_cast<int>(c.outcome)}];
         if (c.count < seen) decreases.fetch_add(1);
         seen = c.count;
       }
