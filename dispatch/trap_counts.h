@@ -284,7 +284,7 @@ struct TrapCountTables {
   // the exact table meets: it counts there as a named one does (LentTo).
   static constexpr uint32_t kSlotCounters = 16384;  // 128 KiB a counting session
   std::atomic<uint64_t> slot_counts[kSlotCounters] = {};
-  // Per slot (counter pair): kUsed | read code << 42 | write code << 37 |
+  // Per slot (its four counters): kUsed | read code << 42 | write code << 37 |
   // msr (codes as MsrCode gives them); 0 for a position with no MSR.
   std::atomic<uint64_t> slot_meta[kSlotCounters / kCountersPerSlot] = {};
   // Per block, its region [begin, end) in counters; end 0: none laid out.
