@@ -25,10 +25,34 @@
 
 namespace pvemu::testing {
 
+// The directories MakeTempDir made, removed when the test process exits
+// (most callers keep theirs for the whole test). Only by the process that
+// made them: a forked child that calls exit() leaves them to its parent.
+struct TempDirsMade {
+  pid_t owner = getpid();
+  std::vector<std::string> paths;
+  static TempDirsMade& Get() {
+    static TempDirsMade* made = [] {
+      auto* m = new TempDirsMade;
+      std::atexit([] {
+        TempDirsMade& self = Get();
+        if (getpid() != self.owner) return;
+        for (const std::string& path : self.paths) {
+          std::error_code ignored;
+          std::filesystem::remove_all(path, ignored);
+        }
+      });
+      return m;
+    }();
+    return *made;
+  }
+};
+
 inline std::string MakeTempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "pvemu-test.XXXXXX").string();
   char* dir = mkdtemp(tmpl.data());
   EXPECT_NE(dir, nullptr);
+  if (dir != nullptr) TempDirsMade::Get().paths.push_back(tmpl);
   return tmpl;
 }
 
