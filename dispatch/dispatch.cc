@@ -645,11 +645,6 @@ void Dispatcher::Session::CountMsrDetail(const policy::Snapshot& snapshot,
       at_slot = TrapCountTables::LentTo(m, view.msr());
     }
   }
-  if (!at_slot) {
-    tables.CountTrap(cached.block,
-                     static_cast<int>(write ? emulator::InsnKind::kWrmsr : emulator::InsnKind::kRdmsr),
-                     out.kind);
-  }
   if (at_slot) {
     // Count counts a slot in line but for its first count this generation
     // and a learning domain's accesses. Release: a reader that sees the
@@ -662,17 +657,23 @@ void Dispatcher::Session::CountMsrDetail(const policy::Snapshot& snapshot,
     // generation's count was folded under the same key.
     const uint32_t code = TrapCountTables::MsrCode(write, view.decision(), out.relaxed);
     if (tables.msrs.Contains(TrapCountTables::MsrKey(trap.domain, view.msr(), code))) return;
-  } else if (!tables.CountMsr(trap.domain, view.msr(), write, view.decision(), out.relaxed)) {
-    // A full table counts what it cannot place as "other" and can no longer
-    // tell a first access from a repeat: the log says so, once.
-    if (tables.msrs.full() && !first_access_log_stopped_) [[unlikely]] {
-      first_access_log_stopped_ = true;
-      StopFirstAccessLog(owner_->options_.log,
-                         absl::StrFormat("a trap source counted %d distinct (domain, MSR, "
-                                         "access, action) keys, all it keeps apart",
-                                         1 << TrapCountTables::kLog2MsrSlots));
+  } else {
+    // Not at a slot: counted by kind here, and by key.
+    tables.CountTrap(cached.block,
+                     static_cast<int>(write ? emulator::InsnKind::kWrmsr : emulator::InsnKind::kRdmsr),
+                     out.kind);
+    if (!tables.CountMsr(trap.domain, view.msr(), write, view.decision(), out.relaxed)) {
+      // A full table counts what it cannot place as "other" and can no
+      // longer tell a first access from a repeat: the log says so, once.
+      if (tables.msrs.full() && !first_access_log_stopped_) [[unlikely]] {
+        first_access_log_stopped_ = true;
+        StopFirstAccessLog(owner_->options_.log,
+                           absl::StrFormat("a trap source counted %d distinct (domain, MSR, "
+                                           "access, action) keys, all it keeps apart",
+                                           1 << TrapCountTables::kLog2MsrSlots));
+      }
+      return;
     }
-    return;
   }
   // A relaxed access's first is the learning log's (NoteFirstLearned).
   if (!out.relaxed) [[unlikely]] {

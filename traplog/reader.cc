@@ -307,7 +307,10 @@ class V2Impl final : public TrapLogReader::Impl {
   }
 
   std::string ReadFailure() const {
-    if (fd_ < 0) return "read failed";
+    if (fd_ < 0) {
+      return "read failed: the stream reported an I/O error; check the device the log is "
+             "on (or, for a FIFO, its writer) and replay again";
+    }
     return absl::StrCat("cannot read the file through a mapping: ", std::strerror(read_errno_),
                         "; replay a copy on a local file system, or stream it "
                         "through a FIFO named *.traps");

@@ -962,6 +962,15 @@ const char* WatcherName(Watcher w) {
   }
   return "?";
 }
+// The run's state directory.
+const char* WatcherDir(Watcher w) {
+  switch (w) {
+    case Watcher::kNone: return "audit";
+    case Watcher::kReading: return "audit-watched";
+    case Watcher::kStopped: return "audit-stopped";
+  }
+  return "audit-other";
+}
 
 // The state letter /proc/PID/stat gives ('T': stopped by a signal).
 char ProcessState(pid_t pid) {
@@ -1002,7 +1011,7 @@ class KvmAuditLoopTest : public KvmSelftestsTest {
  private:
   static void Compute(Watcher mode, AuditResult* r) {
     const bool watcher = mode != Watcher::kNone;
-    TempDir dir(mode == Watcher::kNone ? "audit" : mode == Watcher::kReading ? "audit-watched" : "audit-stopped");
+    TempDir dir(WatcherDir(mode));
     Pvemud daemon(dir.path());
     daemon.Start(TestPolicyPath("audit-loop"));
     if (::testing::Test::HasFatalFailure()) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,7 @@ namespace pvemu::testing {
 // made them: a forked child that calls exit() leaves them to its parent.
 struct TempDirsMade {
   pid_t owner = getpid();
+  std::mutex mu;  // tests may make directories from several threads
   std::vector<std::string> paths;
   static TempDirsMade& Get() {
     static TempDirsMade* made = [] {
@@ -37,6 +39,7 @@ struct TempDirsMade {
       std::atexit([] {
         TempDirsMade& self = Get();
         if (getpid() != self.owner) return;
+        std::lock_guard<std::mutex> lock(self.mu);
         for (const std::string& path : self.paths) {
           std::error_code ignored;
           std::filesystem::remove_all(path, ignored);
@@ -52,7 +55,11 @@ inline std::string MakeTempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "pvemu-test.XXXXXX").string();
   char* dir = mkdtemp(tmpl.data());
   EXPECT_NE(dir, nullptr);
-  if (dir != nullptr) TempDirsMade::Get().paths.push_back(tmpl);
+  if (dir != nullptr) {
+    TempDirsMade& made = TempDirsMade::Get();
+    std::lock_guard<std::mutex> lock(made.mu);
+    made.paths.push_back(tmpl);
+  }
   return tmpl;
 }
 

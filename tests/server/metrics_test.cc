@@ -314,6 +314,7 @@ TEST_F(SlotCountsTest, SeveralSessionsCountingAtOnceSumToTheTrapsSent) {
   std::atomic<int> decreases{0};
   std::thread reader([&] {
     std::map<std::tuple<std::optional<uint32_t>, std::optional<uint32_t>, bool, int>, uint64_t> last;
+    std::map<std::tuple<std::optional<uint32_t>, int, emulator::OutcomeKind>, uint64_t> last_kind;
     while (!done.load()) {
       const dispatch::Dispatcher::Counts counts = dispatcher_->CountsByKey();
       for (const dispatch::MsrCount& c : counts.msrs) {
@@ -324,7 +325,7 @@ TEST_F(SlotCountsTest, SeveralSessionsCountingAtOnceSumToTheTrapsSent) {
       // The series by kind too: an MSR trap's count there is its slot's
       // until a fold moves it, and a reader must never see it in neither.
       for (const dispatch::KindCount& c : counts.kinds) {
-        uint64_t& seen = last[{c.domain, std::nullopt, false, 100 * c.insn + static_cast<int>(c.outcome)}];
+        uint64_t& seen = last_kind[{c.domain, c.insn, c.outcome}];
         if (c.count < seen) decreases.fetch_add(1);
         seen = c.count;
       }
