@@ -954,23 +954,15 @@ uint64_t JsonU64(const google::protobuf::Value& v) {
 // guest starts until after it ended, so that nothing reads pvemud's stream.
 enum class Watcher { kNone, kReading, kStopped };
 
-const char* WatcherName(Watcher w) {
-  switch (w) {
-    case Watcher::kNone: return "without a watcher";
-    case Watcher::kReading: return "with a watcher";
-    case Watcher::kStopped: return "with a stopped watcher";
-  }
-  return "?";
-}
-// The run's state directory.
-const char* WatcherDir(Watcher w) {
-  switch (w) {
-    case Watcher::kNone: return "audit";
-    case Watcher::kReading: return "audit-watched";
-    case Watcher::kStopped: return "audit-stopped";
-  }
-  return "audit-other";
-}
+// Each Watcher's name in messages and its run's state directory, by value.
+struct WatcherRun {
+  const char* name;
+  const char* dir;
+};
+constexpr WatcherRun kWatcherRuns[] = {{"without a watcher", "audit"},
+                                       {"with a watcher", "audit-watched"},
+                                       {"with a stopped watcher", "audit-stopped"}};
+const char* WatcherName(Watcher w) { return kWatcherRuns[static_cast<int>(w)].name; }
 
 // The state letter /proc/PID/stat gives ('T': stopped by a signal).
 char ProcessState(pid_t pid) {
@@ -1011,7 +1003,7 @@ class KvmAuditLoopTest : public KvmSelftestsTest {
  private:
   static void Compute(Watcher mode, AuditResult* r) {
     const bool watcher = mode != Watcher::kNone;
-    TempDir dir(WatcherDir(mode));
+    TempDir dir(kWatcherRuns[static_cast<int>(mode)].dir);
     Pvemud daemon(dir.path());
     daemon.Start(TestPolicyPath("audit-loop"));
     if (::testing::Test::HasFatalFailure()) {
