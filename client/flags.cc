@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, f, "", "policy file to apply or diff");
 ABSL_FLAG(std::string, from, "auto", "import: auto | kvm-dmesg | xen-console | ftrace");
 ABSL_FLAG(std::string, out, "", "import: the trap log to write (.textproto or .traps)");
 ABSL_FLAG(bool, progress, false, "replay: draw a progress bar on a terminal");
+ABSL_FLAG(std::string, jobs, "1",
+          "replay: threads to replay a .traps file on, split by vCPU (0: one per CPU)");
 ABSL_FLAG(std::string, count, "", "watch: stop after this many events");
 ABSL_FLAG(bool, msrs, false, "stats: list the MSRs each domain touched, by access and action");
 ABSL_FLAG(bool, changes, false,

@@ -36,6 +36,7 @@ ABSL_DECLARE_FLAG(std::string, f);
 ABSL_DECLARE_FLAG(std::string, from);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(bool, progress);
+ABSL_DECLARE_FLAG(std::string, jobs);
 ABSL_DECLARE_FLAG(std::string, count);
 ABSL_DECLARE_FLAG(bool, msrs);
 ABSL_DECLARE_FLAG(bool, learned);

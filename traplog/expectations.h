@@ -25,6 +25,8 @@ struct ExpectedOutcome {
   bool has_cpuid = false;
   uint32_t cpuid[4] = {};  // CPUID: eax, ebx, ecx, edx
 
+  // Nothing to compare: the record has no expectation, or an empty one.
+  bool empty() const { return !has_kind && !has_vector && !has_value && !has_cpuid; }
   friend bool operator==(const ExpectedOutcome&,
                          const ExpectedOutcome&) = default;
 };

@@ -52,6 +52,33 @@ class TrapLogReader::Impl {
                                         int64_t n) {
     ASSIGN_OR_RETURN(bool more, Next(&scratch_, n));
     if (!more) return false;
+    return Convert(n, trap, expect);
+  }
+
+  // As TrapLogReader::NextTrapIn. `*n` is the number of the next record to
+  // read; it is left at the number of the record returned (or of the one
+  // that failed, or one past the last at the end).
+  virtual absl::StatusOr<bool> NextTrapIn(const VcpuShare& share, Trap* trap,
+                                          ExpectedOutcome* expect, int64_t* n) {
+    while (true) {
+      ASSIGN_OR_RETURN(bool more, Next(&scratch_, *n));
+      if (!more) return false;
+      if (share.Owns(scratch_.trap().vcpu())) break;
+      ++*n;
+    }
+    return Convert(*n, trap, expect);
+  }
+
+  // As TrapLogReader::LastSource.
+  virtual std::string LastSource() const { return scratch_.source(); }
+
+ protected:
+  // "NAME: record N ...: " for record `n`, which Next() just read.
+  virtual std::string Where(int64_t n) const = 0;
+
+ private:
+  // The trap-path structs of scratch_, record `n`.
+  absl::StatusOr<bool> Convert(int64_t n, Trap* trap, ExpectedOutcome* expect) {
     absl::StatusOr<Trap> converted = TrapFromProto(scratch_.trap());
     if (!converted.ok()) {
       return absl::InvalidArgumentError(
@@ -63,11 +90,6 @@ class TrapLogReader::Impl {
     return true;
   }
 
- protected:
-  // "NAME: record N ...: " for record `n`, which Next() just read.
-  virtual std::string Where(int64_t n) const = 0;
-
- private:
   v1::TrapRecord scratch_;  // NextTrap's, reused
 };
 
@@ -209,12 +231,31 @@ class V2Impl final : public TrapLogReader::Impl {
       if (!error.ok()) return error;
       return false;
     }
-    traps_v2::DecodeTrap(r, trap);
-    if (traps_v2::TrapFromProtoMayRefuse(*trap)) [[unlikely]] {
-      RETURN_IF_ERROR(ConvertsLikeTrapFromProto(r, n));
+    return Decode(r, n, trap, expect);
+  }
+
+  // Another share's records are framed (so validated: damage anywhere stops
+  // every share at the same record) but not decoded.
+  absl::StatusOr<bool> NextTrapIn(const VcpuShare& share, Trap* trap,
+                                  ExpectedOutcome* expect, int64_t* n) override {
+    const char* r;
+    absl::Status error;
+    while (true) {
+      if (!Frame(*n, &r, &error)) [[unlikely]] {
+        if (!error.ok()) return error;
+        return false;
+      }
+      if (share.Owns(Load32(r + traps_v2::kVcpu))) break;
+      ++*n;
     }
-    if (expect != nullptr) traps_v2::DecodeExpect(r, expect);
-    return true;
+    return Decode(r, *n, trap, expect);
+  }
+
+  // The record Frame() gave last is still in the window: the window moves
+  // only when the next one is framed.
+  std::string LastSource() const override {
+    if (last_ == nullptr) return "";
+    return std::string(last_ + kFixed, Load32(last_ + traps_v2::kSourceLen));
   }
 
  protected:
@@ -227,6 +268,16 @@ class V2Impl final : public TrapLogReader::Impl {
   std::string WhereAt(int64_t n, int64_t offset) const {
     return absl::StrCat(name_, ": record ", n, " at byte offset ", offset,
                         ": ");
+  }
+
+  // The record at `r` (number `n`, just framed) as the trap-path structs.
+  absl::StatusOr<bool> Decode(const char* r, int64_t n, Trap* trap, ExpectedOutcome* expect) {
+    traps_v2::DecodeTrap(r, trap);
+    if (traps_v2::TrapFromProtoMayRefuse(*trap)) [[unlikely]] {
+      RETURN_IF_ERROR(ConvertsLikeTrapFromProto(r, n));
+    }
+    if (expect != nullptr) traps_v2::DecodeExpect(r, expect);
+    return true;
   }
 
   // TrapFromProto's verdict on the trap of the record at `r` (just framed),
@@ -250,7 +301,7 @@ class V2Impl final : public TrapLogReader::Impl {
       const char* r = data_ + pos_;
       const uint32_t body = Load32(r + kBodyBytes);
       if (have >= kPrefix + body && traps_v2::FastValid(r, body)) [[likely]] {
-        *rec = r;
+        *rec = last_ = r;
         pos_ += kPrefix + body;
         return true;
       }
@@ -262,6 +313,7 @@ class V2Impl final : public TrapLogReader::Impl {
   // other shapes than FastValid's.
   ABSL_ATTRIBUTE_NOINLINE bool FrameSlow(int64_t n, const char** rec,
                                          absl::Status* error) {
+    last_ = nullptr;  // the window may move
     if (!Fill(kPrefix)) {
       const size_t have = end_ - pos_;
       if (read_failed_) {
@@ -301,7 +353,7 @@ class V2Impl final : public TrapLogReader::Impl {
           absl::StrCat(Where(n), traps_v2::DescribeDamage(damage, r, body)));
       return false;
     }
-    *rec = r;
+    *rec = last_ = r;
     pos_ += kPrefix + body;
     return true;
   }
@@ -408,6 +460,7 @@ class V2Impl final : public TrapLogReader::Impl {
   // The window, either form.
   const char* data_ = nullptr;
   size_t pos_ = 0;  // the next record starts at data_[pos_]
+  const char* last_ = nullptr;  // the record Frame() gave last, while in the window
   size_t end_ = 0;  // bytes in the window
   int64_t base_;    // the file offset of data_[0]
   bool read_failed_ = false;
@@ -570,6 +623,23 @@ absl::StatusOr<bool> TrapLogReader::Next(v1::TrapRecord* record) {
   if (*got) ++records_;
   return got;
 }
+
+absl::StatusOr<bool> TrapLogReader::NextTrapIn(const VcpuShare& share, Trap* trap,
+                                               ExpectedOutcome* expect) {
+  if (!sticky_error_.ok()) [[unlikely]]
+    return sticky_error_;
+  int64_t n = records_ + 1;
+  absl::StatusOr<bool> got = impl_->NextTrapIn(share, trap, expect, &n);
+  if (!got.ok()) [[unlikely]] {
+    records_ = n - 1;
+    sticky_error_ = got.status();
+    return got;
+  }
+  records_ = *got ? n : n - 1;
+  return got;
+}
+
+std::string TrapLogReader::LastSource() const { return impl_->LastSource(); }
 
 absl::StatusOr<bool> TrapLogReader::NextTrap(Trap* trap,
                                              ExpectedOutcome* expect) {

@@ -48,6 +48,22 @@ namespace pvemu::traplog {
 // named *.traps or *.textproto), costs the memory of one window, buffer or
 // piece, never the log's; text is many times slower to read than PVTRAPS2, so
 // captures are best written as .traps.
+// One of `count` shares of a log's records, split by vCPU number: vCPU n of
+// every domain falls in share n % count, and a share keeps its records in the
+// log's order. Replay splits a log this way over worker threads
+// (dispatch/replay.h). By vCPU number, not by (domain, vCPU): a vCPU's SHADOW
+// MSRs are its domain's and its own, but PASSTHROUGH reaches the host CPU of
+// the same number, which every domain's vCPU n shares (emulator/host.h), so
+// an answer depends only on the earlier records of its share.
+struct VcpuShare {
+  uint32_t index = 0;  // 0 .. count-1
+  uint32_t count = 1;
+  bool Owns(uint32_t vcpu) const {
+    // Most splits are a power of two: a mask, not a division.
+    return ((count & (count - 1)) == 0 ? vcpu & (count - 1) : vcpu % count) == index;
+  }
+};
+
 class TrapLogReader {
  public:
   static absl::StatusOr<std::unique_ptr<TrapLogReader>> Open(
@@ -74,6 +90,19 @@ class TrapLogReader {
   // next record.
   absl::StatusOr<bool> NextTrap(emulator::Trap* trap, ExpectedOutcome* expect);
 
+  // NextTrap for one share of the log: reads past the records of other
+  // shares to the next of `share`'s. Records passed over are framed and, in
+  // PVTRAPS2, checked for damage as NextTrap checks them (so damage stops
+  // every share at the same record), but not converted: a trap that
+  // TrapFromProto refuses is an error only for the share it is in.
+  // records_read() counts the records passed over too, so it is the number
+  // of the record returned.
+  absl::StatusOr<bool> NextTrapIn(const VcpuShare& share, emulator::Trap* trap,
+                                  ExpectedOutcome* expect);
+  // The source (v1.TrapRecord.source: where an importer found the trap) of
+  // the record NextTrap or NextTrapIn returned last; empty if it has none.
+  // For reports of the rare record that needs it: it copies.
+  std::string LastSource() const;
   int64_t records_read() const { return records_; }
   TrapLogEncoding encoding() const { return encoding_; }
 

@@ -1,5 +1,7 @@
 // Replay throughput: BM_ReplayInMemory runs a preloaded trap log (decoded to
-// trap-path structs) through the dispatcher; BM_ReplayFile streams a binary
+// trap-path structs) through the dispatcher, on one thread or split by vCPU
+// over two; BM_ReplayFileJobs is pvemuctl's replay of a file on N threads;
+// BM_ReplayFile streams a binary
 // .traps file (read, decode to structs with NextTrap, dispatch, compare with
 // the record's expectation). BM_ReplayFile's counters: the process's peak
 // resident memory, which must not depend on the file's length (Arg: records
@@ -29,6 +31,7 @@
 #include "policy/store.h"
 #include "base/textproto.h"
 #include "dispatch/dispatch.h"
+#include "dispatch/replay.h"
 #include "hosts/sim_host.h"
 #include "tests/bench/recorded_expectation.h"
 #include "tests/bench/trap_mix.h"
@@ -51,19 +54,30 @@ struct ReplayWorld {
   }
 };
 
+// The preloaded mix split by vCPU number over the benchmark's threads
+// (traplog::VcpuShare, as `pvemuctl replay --jobs` splits a file): each thread
+// replays its share with a session of its own. Real time, so items/s is the
+// whole log's rate.
 void BM_ReplayInMemory(benchmark::State& state) {
-  ReplayWorld world;
-  auto session = world.dispatcher->NewSession();
-  const std::vector<emulator::Trap> log = MakeTrapMix(1 << 16);
-  for (const auto& t : log) session->Handle(t);  // warm the shadow tables
+  static ReplayWorld* const world = new ReplayWorld;  // one for every thread
+  static const std::vector<emulator::Trap>* const log =
+      new std::vector<emulator::Trap>(MakeTrapMix(1 << 16));
+  const traplog::VcpuShare share{static_cast<uint32_t>(state.thread_index()),
+                                 static_cast<uint32_t>(state.threads())};
+  std::vector<emulator::Trap> mine;
+  for (const emulator::Trap& t : *log) {
+    if (share.Owns(t.vcpu)) mine.push_back(t);
+  }
+  auto session = world->dispatcher->NewSession();
+  for (const auto& t : mine) session->Handle(t);  // warm the shadow tables
   size_t i = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(session->Handle(log[i]));
-    i = (i + 1) & (log.size() - 1);
+    benchmark::DoNotOptimize(session->Handle(mine[i]));
+    if (++i == mine.size()) i = 0;
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_ReplayInMemory);
+BENCHMARK(BM_ReplayInMemory)->Threads(1)->Threads(2)->UseRealTime();
 
 // Writes (once per size and format) a .traps file of `records` records from
 // the mix, each expecting what a fresh dispatcher answers when the records
@@ -141,6 +155,31 @@ void BM_ReplayFile(benchmark::State& state) {
   state.counters["peak_rss_growth_kib"] = static_cast<double>(PeakRssKiB() - rss_before);
 }
 BENCHMARK(BM_ReplayFile)->Arg(1000000)->Arg(10000000)->Iterations(1)->Unit(benchmark::kSecond);
+
+// What `pvemuctl replay --jobs=N` runs (dispatch::ReplayLogs): the 10M-record
+// file split by vCPU over N threads, each reading it through its own mmap
+// windows. Arg: N.
+void BM_ReplayFileJobs(benchmark::State& state) {
+  const std::string path = TrapsFile(10000000);
+  if (path.empty()) {
+    state.SkipWithError("cannot write the .traps file");
+    return;
+  }
+  ReplayWorld world;
+  dispatch::ReplayOptions options;
+  options.jobs = static_cast<int>(state.range(0));
+  dispatch::ReplayTotals totals;
+  for (auto _ : state) {
+    absl::Status status = dispatch::ReplayLogs(*world.dispatcher, {path}, options, &totals);
+    if (!status.ok()) {
+      state.SkipWithError(std::string(status.message()).c_str());
+      return;
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(totals.traps));
+  state.counters["mismatches"] = static_cast<double>(totals.mismatches);
+}
+BENCHMARK(BM_ReplayFileJobs)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
 }  // namespace pvemu::bench

@@ -340,6 +340,45 @@ TEST_P(NextTrapTest, MixesWithNext) {
   EXPECT_EQ(reader->records_read(), 6);
 }
 
+// NextTrapIn: the shares of a split are each vCPU number's records, in the
+// log's order, together the whole log once; records_read() is the number of
+// the record returned and LastSource() its source.
+TEST_P(NextTrapTest, SharesSplitTheLogByVcpuNumberInOrder) {
+  std::vector<v1::TrapRecord> want;
+  for (int i = 0; i < 40; ++i) {
+    want.push_back(MakeRecord(i));
+    want.back().mutable_trap()->set_vcpu(static_cast<uint32_t>((i * 7) % 5));
+  }
+  const std::string bytes = File(want);
+  for (uint32_t count : {1u, 2u, 3u, 4u}) {
+    std::vector<int> seen(want.size(), 0);
+    for (uint32_t index = 0; index < count; ++index) {
+      SCOPED_TRACE(absl::StrCat("share ", index, " of ", count));
+      std::stringstream in(bytes);
+      std::unique_ptr<TrapLogReader> reader = ReaderOf(&in, Encoding(), "mem");
+      ASSERT_NE(reader, nullptr);
+      int64_t last = 0;
+      TrapAndExpect t;
+      while (true) {
+        absl::StatusOr<bool> more = reader->NextTrapIn(VcpuShare{index, count}, &t.trap, &t.expect);
+        ASSERT_THAT(more, IsOk());
+        if (!*more) break;
+        const int64_t n = reader->records_read();
+        ASSERT_GT(n, last);
+        ASSERT_LE(n, static_cast<int64_t>(want.size()));
+        last = n;
+        const v1::TrapRecord& rec = want[n - 1];
+        EXPECT_EQ(rec.trap().vcpu() % count, index);
+        ExpectNextTrapOf(t, rec);
+        EXPECT_EQ(reader->LastSource(), rec.source());
+        ++seen[n - 1];
+      }
+      EXPECT_EQ(reader->records_read(), static_cast<int64_t>(want.size()));
+    }
+    EXPECT_THAT(seen, ::testing::Each(1)) << count << " shares";
+  }
+}
+
 // PVTRAPS1 and text can hold a trap TrapFromProto refuses; NextTrap then
 // fails naming the record, after the records before it, and stays failed.
 // (PVTRAPS2 cannot hold more than 15 insn bytes: see
