@@ -75,7 +75,7 @@ void ReplayShare(Dispatcher& dispatcher, LogRun& run, traplog::VcpuShare share,
     totals.unhandled += out.kind == emulator::OutcomeKind::kUnhandled;
     if (!expect.empty()) {
       ++totals.checked;
-      absl::Status verdict = traplog::CheckExpectation(expect, trap, out);
+      absl::Status verdict = traplog::CheckExpectation(expect, trap, insn, error, out);
       if (!verdict.ok()) [[unlikely]] {
         ++totals.mismatches;
         run.mismatches.fetch_add(1, std::memory_order_relaxed);

@@ -104,10 +104,18 @@ struct InsnRef {
   absl::string_view bytes;
   Mode mode = Mode::k64;
   const v1::Instruction* decoded = nullptr;  // the fallback; may be null
+  // The decoder's reading of `bytes`, when the caller has it (the trap path
+  // decoded them already): null decodes them here.
+  const Instruction* bytes_decoded = nullptr;
+  bool bytes_decode_ok = false;
 
   ValueSource Source() const {
     ValueSource src = ValueSource::kNone;
-    if (use_bytes) src = SourceFromBytes(bytes, mode);
+    if (use_bytes) {
+      src = bytes_decoded == nullptr ? SourceFromBytes(bytes, mode)
+            : bytes_decode_ok        ? SourceOf(bytes_decoded->kind, bytes_decoded->operand_size)
+                                     : ValueSource::kNone;
+    }
     if (src == ValueSource::kNone && decoded != nullptr) {
       src = SourceFromInstruction(*decoded);
     }
@@ -298,6 +306,19 @@ absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
   insn.bytes = absl::string_view(reinterpret_cast<const char*>(trap.insn),
                                  trap.insn_len);
   insn.mode = trap.mode;
+  return Check(expect, ObservedFromStruct(trap, outcome), insn, nullptr);
+}
+
+absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
+                              const Instruction& decoded, DecodeError error,
+                              const Outcome& outcome) {
+  InsnRef insn;
+  insn.use_bytes = true;
+  insn.bytes = absl::string_view(reinterpret_cast<const char*>(trap.insn),
+                                 trap.insn_len);
+  insn.mode = trap.mode;
+  insn.bytes_decoded = &decoded;
+  insn.bytes_decode_ok = error == DecodeError::kOk;
   return Check(expect, ObservedFromStruct(trap, outcome), insn, nullptr);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "emulator/decoder.h"
 #include "emulator/trap.h"
 #include "pvemu/v1/trap.pb.h"
 
@@ -71,6 +72,13 @@ absl::Status CheckExpectation(const pvemu::v1::Expectation& expect,
 // equivalent messages (one implementation).
 absl::Status CheckExpectation(const ExpectedOutcome& expect,
                               const emulator::Trap& trap,
+                              const emulator::Outcome& outcome);
+// The same, given what the trap path decoded from `trap` (Session::Handle's
+// instruction and decode error), so that its bytes are not decoded again.
+absl::Status CheckExpectation(const ExpectedOutcome& expect,
+                              const emulator::Trap& trap,
+                              const emulator::Instruction& decoded,
+                              emulator::DecodeError error,
                               const emulator::Outcome& outcome);
 
 }  // namespace pvemu::traplog

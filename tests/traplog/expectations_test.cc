@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "emulator/decoder.h"
 #include "emulator/trap_convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -237,8 +238,16 @@ absl::Status CheckStructs(const v1::TrapRecord& r, const v1::Outcome& o) {
   absl::StatusOr<Trap> trap = TrapFromProto(r.trap());
   EXPECT_THAT(trap, IsOk());
   if (!trap.ok()) return trap.status();
-  return CheckExpectation(ExpectedOutcomeFromProto(r.expect()), *trap,
-                          OutcomeFromProto(o));
+  const ExpectedOutcome expect = ExpectedOutcomeFromProto(r.expect());
+  const Outcome outcome = OutcomeFromProto(o);
+  const absl::Status from_bytes = CheckExpectation(expect, *trap, outcome);
+  // Given the trap path's own decoding of the bytes, the same verdict.
+  Instruction decoded;
+  uint8_t error_offset = 0;
+  const DecodeError error =
+      DecodeInto(trap->insn, trap->insn_len, trap->mode, &decoded, &error_offset);
+  EXPECT_EQ(CheckExpectation(expect, *trap, decoded, error, outcome), from_bytes);
+  return from_bytes;
 }
 
 TEST(CheckExpectationStructTest, AgreesWithTheRecordForm) {
@@ -304,6 +313,11 @@ TEST(CheckExpectationStructTest, AgreesWithTheRecordForm) {
     r.mutable_expect()->mutable_cpuid()->set_edx(4);
     add(r, all);
     r.mutable_expect()->set_value(1);  // CPUID has no value: InvalidArgument
+    add(r, all);
+  }
+  {
+    v1::TrapRecord r = Rec(absl::string_view("\x0f\xff", 2));  // does not decode
+    r.mutable_expect()->set_value(1);
     add(r, all);
   }
   {
