@@ -299,24 +299,29 @@ absl::Status CheckExpectation(const v1::Expectation& expect,
                insn, diff);
 }
 
-absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
-                              const Outcome& outcome) {
+namespace {
+
+// The instruction as `trap`'s bytes and mode give it.
+InsnRef BytesOf(const Trap& trap) {
   InsnRef insn;
   insn.use_bytes = true;
   insn.bytes = absl::string_view(reinterpret_cast<const char*>(trap.insn),
                                  trap.insn_len);
   insn.mode = trap.mode;
-  return Check(expect, ObservedFromStruct(trap, outcome), insn, nullptr);
+  return insn;
+}
+
+}  // namespace
+
+absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
+                              const Outcome& outcome) {
+  return Check(expect, ObservedFromStruct(trap, outcome), BytesOf(trap), nullptr);
 }
 
 absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
                               const Instruction& decoded, DecodeError error,
                               const Outcome& outcome) {
-  InsnRef insn;
-  insn.use_bytes = true;
-  insn.bytes = absl::string_view(reinterpret_cast<const char*>(trap.insn),
-                                 trap.insn_len);
-  insn.mode = trap.mode;
+  InsnRef insn = BytesOf(trap);
   insn.bytes_decoded = &decoded;
   insn.bytes_decode_ok = error == DecodeError::kOk;
   return Check(expect, ObservedFromStruct(trap, outcome), insn, nullptr);
