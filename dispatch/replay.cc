@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "traplog/expectations.h"
 #include "traplog/reader.h"
@@ -24,7 +25,8 @@ struct LogRun {
   LogRun(const std::string& log, const ReplayOptions& options) : log(log), options(options) {}
   const std::string& log;
   const ReplayOptions& options;
-  absl::Mutex report_mu;               // one on_mismatch call at a time
+  absl::Mutex report_mu;  // one on_mismatch or on_progress call at a time
+  int64_t furthest ABSL_GUARDED_BY(report_mu) = 0;  // the last progress's record
   std::atomic<uint64_t> mismatches{0};  // for on_progress
   // The lowest record number a thread failed at: the others stop on
   // passing it, as a serial replay would have stopped there.
@@ -88,8 +90,13 @@ void ReplayShare(Dispatcher& dispatcher, LogRun& run, traplog::VcpuShare share,
         }
       }
     }
-    if (share.index == 0 && run.options.on_progress && totals.traps % kProgressEvery == 0) {
-      run.options.on_progress(run.log, record, run.mismatches.load(std::memory_order_relaxed));
+    if (run.options.on_progress && totals.traps % kProgressEvery == 0) [[unlikely]] {
+      // Any thread's (a log's vCPUs may all be another's), as far as the
+      // furthest has come.
+      absl::MutexLock lock(&run.report_mu);
+      run.furthest = std::max(run.furthest, record);
+      run.options.on_progress(run.log, run.furthest,
+                              run.mismatches.load(std::memory_order_relaxed));
     }
   }
 }

@@ -54,8 +54,8 @@ struct ReplayOptions {
   int jobs = 1;  // threads a regular binary log is split over, >= 1
   // Each mismatch, one call at a time, from the thread that found it.
   std::function<void(const ReplayMismatch&)> on_mismatch;
-  // Now and then (every 64Ki records one thread replays) and from one
-  // thread: the log, how far into it replay is, the mismatches so far.
+  // Now and then (every 64Ki records a thread replays), one call at a time:
+  // the log, how far into it replay is, the mismatches so far.
   std::function<void(const std::string& log, int64_t records, uint64_t mismatches)> on_progress;
 };
 

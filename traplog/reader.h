@@ -18,6 +18,23 @@
 
 namespace pvemu::traplog {
 
+// One of `count` shares of a log's records, split by vCPU number: vCPU n of
+// every domain falls in share n % count, and a share keeps its records in the
+// log's order. Replay splits a log this way over worker threads
+// (dispatch/replay.h). By vCPU number, not by (domain, vCPU): a vCPU's SHADOW
+// MSRs are its domain's and its own, but PASSTHROUGH reaches the host CPU of
+// the same number, which every domain's vCPU n shares (the emulator passes the
+// vCPU number to Host::ReadMsr/WriteMsr as the CPU), so an answer depends
+// only on the earlier records of its share.
+struct VcpuShare {
+  uint32_t index = 0;  // 0 .. count-1
+  uint32_t count = 1;
+  bool Owns(uint32_t vcpu) const {
+    // Most splits are a power of two: a mask, not a division.
+    return ((count & (count - 1)) == 0 ? vcpu & (count - 1) : vcpu % count) == index;
+  }
+};
+
 // Reads a trap log record by record. Not thread-safe.
 //
 // Errors name the source and say where: for .traps "FILE: record N at byte
@@ -48,22 +65,6 @@ namespace pvemu::traplog {
 // named *.traps or *.textproto), costs the memory of one window, buffer or
 // piece, never the log's; text is many times slower to read than PVTRAPS2, so
 // captures are best written as .traps.
-// One of `count` shares of a log's records, split by vCPU number: vCPU n of
-// every domain falls in share n % count, and a share keeps its records in the
-// log's order. Replay splits a log this way over worker threads
-// (dispatch/replay.h). By vCPU number, not by (domain, vCPU): a vCPU's SHADOW
-// MSRs are its domain's and its own, but PASSTHROUGH reaches the host CPU of
-// the same number, which every domain's vCPU n shares (emulator/host.h), so
-// an answer depends only on the earlier records of its share.
-struct VcpuShare {
-  uint32_t index = 0;  // 0 .. count-1
-  uint32_t count = 1;
-  bool Owns(uint32_t vcpu) const {
-    // Most splits are a power of two: a mask, not a division.
-    return ((count & (count - 1)) == 0 ? vcpu & (count - 1) : vcpu % count) == index;
-  }
-};
-
 class TrapLogReader {
  public:
   static absl::StatusOr<std::unique_ptr<TrapLogReader>> Open(

@@ -249,6 +249,34 @@ TEST_P(ReplayTest, LogsOfEitherEncodingAddUp) {
   EXPECT_EQ(got.totals.checked, 2 * records.size());
 }
 
+// Progress comes from whichever thread replays: here every record is vCPU
+// 1's, so with two threads or more the first replays none of them.
+TEST_P(ReplayTest, ProgressComesFromTheThreadsThatReplay) {
+  std::vector<v1::TrapRecord> records(140000);
+  for (v1::TrapRecord& rec : records) {
+    rec.mutable_trap()->set_domain(1);
+    rec.mutable_trap()->set_vcpu(1);
+    rec.mutable_trap()->set_mode(v1::MODE_64);
+    rec.mutable_trap()->set_insn(std::string("\x0f\x32", 2));
+    rec.mutable_trap()->mutable_regs()->set_rcx(kEnergyPerfBias);
+  }
+  const std::string log = dir_.File("one-vcpu.traps");
+  Write(log, records);
+  ::pvemu::testing::DefaultWorld world = MakeWorld();
+  ReplayOptions options;
+  options.jobs = GetParam();
+  std::vector<int64_t> progress;
+  options.on_progress = [&](const std::string& name, int64_t record, uint64_t mismatches) {
+    EXPECT_EQ(name, log);
+    EXPECT_EQ(mismatches, 0u);
+    progress.push_back(record);
+  };
+  ReplayTotals totals;
+  ASSERT_THAT(ReplayLogs(*world.dispatcher, {log}, options, &totals), IsOk());
+  EXPECT_EQ(totals.traps, records.size());
+  EXPECT_EQ(progress, (std::vector<int64_t>{65536, 131072}));
+}
+
 TEST_P(ReplayTest, ALogThatCannotBeOpenedIsAnErrorNamingIt) {
   const Replayed got = Replay({dir_.File("missing.traps")}, GetParam());
   EXPECT_THAT(got.status, StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.traps")));
