@@ -6,6 +6,8 @@
 // with the reader's error at the same record as serially.
 #include "dispatch/replay.h"
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -247,6 +250,23 @@ TEST_P(ReplayTest, LogsOfEitherEncodingAddUp) {
   // Both were replayed whole (the second against the registers the first
   // left, so its answers may differ from its expectations).
   EXPECT_EQ(got.totals.checked, 2 * records.size());
+}
+
+// A FIFO cannot be read by several threads: it replays on one, whatever the
+// number asked, and gives the serial answers.
+TEST_P(ReplayTest, AFifoReplaysWholeOnOneThread) {
+  const std::vector<v1::TrapRecord> records = SerialLog(3000);
+  const std::string file = dir_.File("written.traps");
+  Write(file, records);  // the writer replaces its path: write a file, then stream it
+  const std::string bytes = traplog::test_util::ReadAll(file);
+  const std::string fifo = dir_.File("live.traps");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { traplog::test_util::WriteAll(fifo, bytes); });
+  const Replayed got = Replay({fifo}, GetParam());
+  writer.join();
+  ASSERT_THAT(got.status, IsOk());
+  EXPECT_EQ(got.totals.traps, records.size());
+  EXPECT_EQ(got.totals.mismatches, 0u);
 }
 
 // Progress comes from whichever thread replays: here every record is vCPU
