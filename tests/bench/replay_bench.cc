@@ -1,9 +1,8 @@
 // Replay throughput: BM_ReplayInMemory runs a preloaded trap log (decoded to
 // trap-path structs) through the dispatcher, on one thread or split by vCPU
 // over two; BM_ReplayFileJobs is pvemuctl's replay of a file on N threads;
-// BM_ReplayFile streams a binary
-// .traps file (read, decode to structs with NextTrap, dispatch, compare with
-// the record's expectation). BM_ReplayFile's counters: the process's peak
+// BM_ReplayFile streams a binary .traps file (read, decode to structs with
+// NextTrap, dispatch, compare with the record's expectation). BM_ReplayFile's counters: the process's peak
 // resident memory, which must not depend on the file's length (Arg: records
 // in the file; 10M is the size); the records whose outcome did not
 // match (0: the expectations are what a fresh dispatcher answered when the
@@ -67,6 +66,10 @@ void BM_ReplayInMemory(benchmark::State& state) {
   std::vector<emulator::Trap> mine;
   for (const emulator::Trap& t : *log) {
     if (share.Owns(t.vcpu)) mine.push_back(t);
+  }
+  if (mine.empty()) {
+    state.SkipWithError("the mix has no vCPU for this thread");
+    return;
   }
   auto session = world->dispatcher->NewSession();
   for (const auto& t : mine) session->Handle(t);  // warm the shadow tables
