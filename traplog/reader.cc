@@ -46,18 +46,11 @@ class TrapLogReader::Impl {
   // As TrapLogReader::Next; `n` is the 1-based number of the record to read.
   virtual absl::StatusOr<bool> Next(v1::TrapRecord* record, int64_t n) = 0;
 
-  // As TrapLogReader::NextTrap. This form reads the message with Next() and
-  // converts it.
-  virtual absl::StatusOr<bool> NextTrap(Trap* trap, ExpectedOutcome* expect,
-                                        int64_t n) {
-    ASSIGN_OR_RETURN(bool more, Next(&scratch_, n));
-    if (!more) return false;
-    return Convert(n, trap, expect);
-  }
-
-  // As TrapLogReader::NextTrapIn. `*n` is the number of the next record to
-  // read; it is left at the number of the record returned (or of the one
-  // that failed, or one past the last at the end).
+  // As TrapLogReader::NextTrapIn (NextTrap is the whole log's share). `*n`
+  // is the number of the next record to read; it is left at the number of
+  // the record returned (or of the one that failed, or one past the last at
+  // the end). This form reads each message with Next() and converts the
+  // share's.
   virtual absl::StatusOr<bool> NextTrapIn(const VcpuShare& share, Trap* trap,
                                           ExpectedOutcome* expect, int64_t* n) {
     while (true) {
@@ -66,7 +59,15 @@ class TrapLogReader::Impl {
       if (share.Owns(scratch_.trap().vcpu())) break;
       ++*n;
     }
-    return Convert(*n, trap, expect);
+    absl::StatusOr<Trap> converted = TrapFromProto(scratch_.trap());
+    if (!converted.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(*n), converted.status().message()));
+    }
+    *trap = *converted;
+    if (expect != nullptr)
+      *expect = ExpectedOutcomeFromProto(scratch_.expect());
+    return true;
   }
 
   // As TrapLogReader::LastSource.
@@ -77,20 +78,7 @@ class TrapLogReader::Impl {
   virtual std::string Where(int64_t n) const = 0;
 
  private:
-  // The trap-path structs of scratch_, record `n`.
-  absl::StatusOr<bool> Convert(int64_t n, Trap* trap, ExpectedOutcome* expect) {
-    absl::StatusOr<Trap> converted = TrapFromProto(scratch_.trap());
-    if (!converted.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(n), converted.status().message()));
-    }
-    *trap = *converted;
-    if (expect != nullptr)
-      *expect = ExpectedOutcomeFromProto(scratch_.expect());
-    return true;
-  }
-
-  v1::TrapRecord scratch_;  // NextTrap's, reused
+  v1::TrapRecord scratch_;  // NextTrapIn's, reused
 };
 
 namespace {
@@ -223,17 +211,6 @@ class V2Impl final : public TrapLogReader::Impl {
     return true;
   }
 
-  absl::StatusOr<bool> NextTrap(Trap* trap, ExpectedOutcome* expect,
-                                int64_t n) override {
-    const char* r;
-    absl::Status error;
-    if (!Frame(n, &r, &error)) [[unlikely]] {
-      if (!error.ok()) return error;
-      return false;
-    }
-    return Decode(r, n, trap, expect);
-  }
-
   // Another share's records are framed (so validated: damage anywhere stops
   // every share at the same record) but not decoded.
   absl::StatusOr<bool> NextTrapIn(const VcpuShare& share, Trap* trap,
@@ -248,7 +225,12 @@ class V2Impl final : public TrapLogReader::Impl {
       if (share.Owns(Load32(r + traps_v2::kVcpu))) break;
       ++*n;
     }
-    return Decode(r, *n, trap, expect);
+    traps_v2::DecodeTrap(r, trap);
+    if (traps_v2::TrapFromProtoMayRefuse(*trap)) [[unlikely]] {
+      RETURN_IF_ERROR(ConvertsLikeTrapFromProto(r, *n));
+    }
+    if (expect != nullptr) traps_v2::DecodeExpect(r, expect);
+    return true;
   }
 
   // The record Frame() gave last is still in the window: the window moves
@@ -268,16 +250,6 @@ class V2Impl final : public TrapLogReader::Impl {
   std::string WhereAt(int64_t n, int64_t offset) const {
     return absl::StrCat(name_, ": record ", n, " at byte offset ", offset,
                         ": ");
-  }
-
-  // The record at `r` (number `n`, just framed) as the trap-path structs.
-  absl::StatusOr<bool> Decode(const char* r, int64_t n, Trap* trap, ExpectedOutcome* expect) {
-    traps_v2::DecodeTrap(r, trap);
-    if (traps_v2::TrapFromProtoMayRefuse(*trap)) [[unlikely]] {
-      RETURN_IF_ERROR(ConvertsLikeTrapFromProto(r, n));
-    }
-    if (expect != nullptr) traps_v2::DecodeExpect(r, expect);
-    return true;
   }
 
   // TrapFromProto's verdict on the trap of the record at `r` (just framed),
@@ -643,15 +615,7 @@ std::string TrapLogReader::LastSource() const { return impl_->LastSource(); }
 
 absl::StatusOr<bool> TrapLogReader::NextTrap(Trap* trap,
                                              ExpectedOutcome* expect) {
-  if (!sticky_error_.ok()) [[unlikely]]
-    return sticky_error_;
-  absl::StatusOr<bool> got = impl_->NextTrap(trap, expect, records_ + 1);
-  if (!got.ok()) [[unlikely]] {
-    sticky_error_ = got.status();
-    return got;
-  }
-  if (*got) ++records_;
-  return got;
+  return NextTrapIn(VcpuShare{}, trap, expect);
 }
 
 }  // namespace pvemu::traplog

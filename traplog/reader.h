@@ -97,7 +97,8 @@ class TrapLogReader {
   // every share at the same record), but not converted: a trap that
   // TrapFromProto refuses is an error only for the share it is in.
   // records_read() counts the records passed over too, so it is the number
-  // of the record returned.
+  // of the record returned. NextTrap is NextTrapIn(VcpuShare{}): the share
+  // that is the whole log.
   absl::StatusOr<bool> NextTrapIn(const VcpuShare& share, emulator::Trap* trap,
                                   ExpectedOutcome* expect);
   // The source (v1.TrapRecord.source: where an importer found the trap) of
