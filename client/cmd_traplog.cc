@@ -88,13 +88,6 @@ absl::Status Import(const Args& logs) {
 
 using ReplaySummary = dispatch::ReplayTotals;
 
-void Count(const v1::Outcome& o, ReplaySummary* summary) {
-  ++summary->traps;
-  if (o.kind() == v1::Outcome::COMPLETED) ++summary->completed;
-  if (o.kind() == v1::Outcome::EXCEPTION) ++summary->exceptions;
-  if (o.kind() == v1::Outcome::UNHANDLED) ++summary->unhandled;
-}
-
 // A progress line on a terminal's stderr, redrawn now and then (every 64Ki
 // records).
 class Progress {
@@ -131,7 +124,7 @@ void PrintMismatch(const std::string& where, absl::string_view diff, const std::
 // Compares one outcome with its record's expectation and reports a mismatch.
 void Check(const std::string& file, int64_t index, const v1::TrapRecord& rec,
            const v1::Outcome& outcome, ReplaySummary* summary) {
-  Count(outcome, summary);
+  summary->Count(static_cast<emulator::OutcomeKind>(outcome.kind()));
   if (traplog::ExpectedOutcomeFromProto(rec.expect()).empty()) return;  // as in process
   ++summary->checked;
   std::string diff;

@@ -71,10 +71,7 @@ void ReplayShare(Dispatcher& dispatcher, LogRun& run, traplog::VcpuShare share,
     const int64_t record = reader.records_read();
     if (record > run.failed_at.load(std::memory_order_relaxed)) return;
     const emulator::Outcome out = session->Handle(trap, &insn, &error);
-    ++totals.traps;
-    totals.completed += out.kind == emulator::OutcomeKind::kCompleted;
-    totals.exceptions += out.kind == emulator::OutcomeKind::kException;
-    totals.unhandled += out.kind == emulator::OutcomeKind::kUnhandled;
+    totals.Count(out.kind);
     if (!expect.empty()) {
       ++totals.checked;
       absl::Status verdict = traplog::CheckExpectation(expect, trap, insn, error, out);

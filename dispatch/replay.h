@@ -31,6 +31,14 @@ struct ReplayTotals {
   uint64_t unhandled = 0;
   uint64_t checked = 0;     // records with an expectation
   uint64_t mismatches = 0;  // of those, the ones whose outcome differs
+  // One more trap, answered with `kind` (a v1.Outcome.Kind converts: the
+  // numbers are equal).
+  void Count(emulator::OutcomeKind kind) {
+    ++traps;
+    completed += kind == emulator::OutcomeKind::kCompleted;
+    exceptions += kind == emulator::OutcomeKind::kException;
+    unhandled += kind == emulator::OutcomeKind::kUnhandled;
+  }
   ReplayTotals& operator+=(const ReplayTotals& other);
 };
 

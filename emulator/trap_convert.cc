@@ -5,6 +5,13 @@
 #include "absl/strings/str_format.h"
 
 namespace pvemu::emulator {
+
+// An OutcomeKind is its v1.Outcome.Kind number: the conversions below, the
+// replay totals (dispatch/replay.h) and the expectations cast between them.
+static_assert(static_cast<int>(OutcomeKind::kCompleted) == pvemu::v1::Outcome::COMPLETED);
+static_assert(static_cast<int>(OutcomeKind::kException) == pvemu::v1::Outcome::EXCEPTION);
+static_assert(static_cast<int>(OutcomeKind::kUnhandled) == pvemu::v1::Outcome::UNHANDLED);
+static_assert(static_cast<int>(OutcomeKind::kDeviceIo) == pvemu::v1::Outcome::DEVICE_IO);
 Mode ModeFromProto(pvemu::v1::CpuMode mode) {
   switch (mode) {
     case pvemu::v1::MODE_REAL:

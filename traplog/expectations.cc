@@ -1,5 +1,6 @@
 #include "traplog/expectations.h"
 
+#include <optional>
 #include <vector>
 
 #include "absl/base/attributes.h"
@@ -104,18 +105,13 @@ struct InsnRef {
   absl::string_view bytes;
   Mode mode = Mode::k64;
   const v1::Instruction* decoded = nullptr;  // the fallback; may be null
-  // The decoder's reading of `bytes`, when the caller has it (the trap path
-  // decoded them already): null decodes them here.
-  const Instruction* bytes_decoded = nullptr;
-  bool bytes_decode_ok = false;
+  // What `bytes` give, when the caller's decoder read them already (the
+  // trap path's); unset decodes them here.
+  std::optional<ValueSource> bytes_source;
 
   ValueSource Source() const {
     ValueSource src = ValueSource::kNone;
-    if (use_bytes) {
-      src = bytes_decoded == nullptr ? SourceFromBytes(bytes, mode)
-            : bytes_decode_ok        ? SourceOf(bytes_decoded->kind, bytes_decoded->operand_size)
-                                     : ValueSource::kNone;
-    }
+    if (use_bytes) src = bytes_source.has_value() ? *bytes_source : SourceFromBytes(bytes, mode);
     if (src == ValueSource::kNone && decoded != nullptr) {
       src = SourceFromInstruction(*decoded);
     }
@@ -322,8 +318,9 @@ absl::Status CheckExpectation(const ExpectedOutcome& expect, const Trap& trap,
                               const Instruction& decoded, DecodeError error,
                               const Outcome& outcome) {
   InsnRef insn = BytesOf(trap);
-  insn.bytes_decoded = &decoded;
-  insn.bytes_decode_ok = error == DecodeError::kOk;
+  insn.bytes_source = error == DecodeError::kOk
+                          ? SourceOf(decoded.kind, decoded.operand_size)
+                          : ValueSource::kNone;
   return Check(expect, ObservedFromStruct(trap, outcome), insn, nullptr);
 }
 
