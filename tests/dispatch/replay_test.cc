@@ -51,22 +51,21 @@ constexpr uint32_t kVcpus = 6;
   dispatch::DispatchOptions options;
   options.allow_host_writes = true;
   ::pvemu::testing::DefaultWorld world = ::pvemu::testing::MakeDefaultWorld(options);
+  v1::MsrRule shadow;
+  shadow.set_msr("IA32_ENERGY_PERF_BIAS");
+  shadow.set_read(v1::ReadAction::SHADOW);
+  shadow.set_write(v1::WriteAction::SHADOW);
+  v1::MsrRule through;
+  through.set_msr("IA32_THERM_CONTROL");
+  through.set_read(v1::ReadAction::PASSTHROUGH);
+  through.set_write(v1::WriteAction::PASSTHROUGH);
+  through.set_allow_host_write(true);
   for (uint32_t domain = 1; domain <= kDomains; ++domain) {
-    v1::MsrRule shadow;
-    shadow.set_msr("IA32_ENERGY_PERF_BIAS");
-    shadow.set_read(v1::ReadAction::SHADOW);
-    shadow.set_write(v1::WriteAction::SHADOW);
-    EXPECT_THAT(
-        world.store->SetRule(policy::LayerRef::Domain(domain), shadow, policy::EditOptions()),
-        IsOk());
-    v1::MsrRule through;
-    through.set_msr("IA32_THERM_CONTROL");
-    through.set_read(v1::ReadAction::PASSTHROUGH);
-    through.set_write(v1::WriteAction::PASSTHROUGH);
-    through.set_allow_host_write(true);
-    EXPECT_THAT(
-        world.store->SetRule(policy::LayerRef::Domain(domain), through, policy::EditOptions()),
-        IsOk());
+    for (const v1::MsrRule& rule : {shadow, through}) {
+      EXPECT_THAT(
+          world.store->SetRule(policy::LayerRef::Domain(domain), rule, policy::EditOptions()),
+          IsOk());
+    }
   }
   return world;
 }
