@@ -26,11 +26,6 @@ uint64_t VcpuKey(uint32_t domain, uint32_t vcpu) {
 
 }  // namespace
 
-struct ShadowStore::VcpuTable {
-  explicit VcpuTable(uint32_t size) : slots(new MsrSlot[size]) {}
-  std::unique_ptr<MsrSlot[]> slots;
-};
-
 ShadowStore::ShadowStore(uint32_t vcpu_capacity, uint32_t msrs_per_vcpu)
     : vcpu_mask_(vcpu_capacity - 1),
       msr_mask_(msrs_per_vcpu - 1),
@@ -39,10 +34,10 @@ ShadowStore::ShadowStore(uint32_t vcpu_capacity, uint32_t msrs_per_vcpu)
       vcpus_(new VcpuSlot[vcpu_capacity]) {}
 
 ShadowStore::~ShadowStore() {
-  for (uint32_t i = 0; i <= vcpu_mask_; ++i) delete vcpus_[i].table.load();
+  for (uint32_t i = 0; i <= vcpu_mask_; ++i) delete[] vcpus_[i].table.load();
 }
 
-ShadowStore::VcpuTable* ShadowStore::FindOrCreateVcpu(uint32_t domain, uint32_t vcpu) {
+ShadowStore::MsrSlot* ShadowStore::FindOrCreateVcpu(uint32_t domain, uint32_t vcpu) {
   const uint64_t key = VcpuKey(domain, vcpu);
   uint32_t i = Slot(key, vcpu_shift_) & vcpu_mask_;
   for (uint32_t probes = 0; probes <= vcpu_mask_; ++probes, i = (i + 1) & vcpu_mask_) {
@@ -57,15 +52,15 @@ ShadowStore::VcpuTable* ShadowStore::FindOrCreateVcpu(uint32_t domain, uint32_t 
       }
     }
     if (seen != key) continue;
-    VcpuTable* table = slot.table.load(std::memory_order_acquire);
+    MsrSlot* table = slot.table.load(std::memory_order_acquire);
     if (table != nullptr) return table;
     // First SHADOW access of this vCPU: the one allocation on this path.
-    auto* fresh = new VcpuTable(msr_mask_ + 1);
-    VcpuTable* expected = nullptr;
+    auto* fresh = new MsrSlot[msr_mask_ + 1];
+    MsrSlot* expected = nullptr;
     if (slot.table.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
       return fresh;
     }
-    delete fresh;
+    delete[] fresh;
     return expected;
   }
   return nullptr;
@@ -74,12 +69,12 @@ ShadowStore::VcpuTable* ShadowStore::FindOrCreateVcpu(uint32_t domain, uint32_t 
 uint64_t* ShadowStore::Get(uint32_t domain, uint32_t vcpu, uint32_t msr,
                                         bool* fresh) {
   *fresh = false;
-  VcpuTable* table = FindOrCreateVcpu(domain, vcpu);
+  MsrSlot* table = FindOrCreateVcpu(domain, vcpu);
   if (table == nullptr) return nullptr;
   const uint64_t key = uint64_t{msr} + 1;
   uint32_t i = Slot(key, msr_shift_) & msr_mask_;
   for (uint32_t probes = 0; probes <= msr_mask_; ++probes, i = (i + 1) & msr_mask_) {
-    MsrSlot& slot = table->slots[i];
+    MsrSlot& slot = table[i];
     uint64_t seen = slot.key.load(std::memory_order_acquire);
     if (seen == key) return &slot.value;
     if (seen != 0) continue;
@@ -98,11 +93,11 @@ void ShadowStore::ResetDomain(uint32_t domain) {
     VcpuSlot& slot = vcpus_[i];
     uint64_t key = slot.key.load(std::memory_order_acquire);
     if (key == 0 || ((key - 1) >> 32) != domain) continue;
-    VcpuTable* table = slot.table.load(std::memory_order_acquire);
+    MsrSlot* table = slot.table.load(std::memory_order_acquire);
     if (table == nullptr) continue;
     for (uint32_t m = 0; m <= msr_mask_; ++m) {
-      table->slots[m].value = 0;
-      table->slots[m].key.store(0, std::memory_order_release);
+      table[m].value = 0;
+      table[m].key.store(0, std::memory_order_release);
     }
   }
 }

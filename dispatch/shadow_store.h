@@ -39,13 +39,14 @@ class ShadowStore {
     std::atomic<uint64_t> key{0};  // msr + 1; 0 = empty
     uint64_t value = 0;
   };
-  struct VcpuTable;
   struct VcpuSlot {
     std::atomic<uint64_t> key{0};  // (domain << 32 | vcpu) + 1; 0 = empty
-    std::atomic<VcpuTable*> table{nullptr};
+    // The vCPU's MSR table itself (msrs_per_vcpu slots), not a handle to
+    // it: a SHADOW access loads one pointer fewer before its register.
+    std::atomic<MsrSlot*> table{nullptr};
   };
 
-  VcpuTable* FindOrCreateVcpu(uint32_t domain, uint32_t vcpu);
+  MsrSlot* FindOrCreateVcpu(uint32_t domain, uint32_t vcpu);
 
   const uint32_t vcpu_mask_;
   const uint32_t msr_mask_;
