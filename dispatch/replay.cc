@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
 #include "traplog/expectations.h"
 #include "traplog/reader.h"
@@ -34,7 +35,9 @@ struct LogRun {
 };
 
 // The same log split into shares (or whole, share 0 of 1) for this thread.
-struct ShareResult {
+// Aligned to a cache line: the threads' results sit side by side in one
+// vector, and each thread writes only its own.
+struct alignas(64) ShareResult {
   ReplayTotals totals;
   absl::Status status;
   int64_t failed_at = kNoError;
@@ -51,7 +54,9 @@ void ReplayShare(Dispatcher& dispatcher, LogRun& run, traplog::VcpuShare share,
   }
   traplog::TrapLogReader& reader = **opened;
   std::unique_ptr<Dispatcher::Session> session = dispatcher.NewSession();
-  ReplayTotals& totals = result->totals;
+  // Counted on the thread's own stack and handed over when it stops.
+  ReplayTotals totals;
+  absl::Cleanup hand_over = [&] { result->totals = totals; };
   emulator::Trap trap;
   traplog::ExpectedOutcome expect;
   emulator::Instruction insn;
