@@ -149,7 +149,7 @@ namespace {
 constexpr uint8_t kDefaultOperandSize[] = {16, 16, 32, 32};
 constexpr uint8_t kDefaultAddressSize[] = {16, 16, 32, 64};
 
-// The general path: any prefixes, any opcode. Fills *out only on success.
+// The general path: any prefixes, any opcode. *out as DecodeInto says.
 DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
                           Instruction* out, uint8_t* error_offset);
 
@@ -437,16 +437,25 @@ DecodeError CheckErrorConditions(DecodeState* state, const Instruction& insn) {
 DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
                           Instruction* out, uint8_t* error_offset) {
   DecodeState state{bytes, len, mode, error_offset};
-  Instruction insn;
+  // Decoded in place, and reset on failure. Not built in a local and copied
+  // out: the copy's wide loads would span the decoder's one-byte stores,
+  // which the CPU cannot forward, and wait for them to reach the cache (a
+  // quarter of DecodeInto's time in the trap mix). Nor saved first to be
+  // put back: the caller has usually just built *out, and reading it back
+  // whole stalls the same way.
+  *out = Instruction{};
+  Instruction& insn = *out;
   DecodeError error = CollectPrefixes(&state, &insn);
-  if (error != DecodeError::kOk) return error;
-  ResolveSizes(&state, &insn);
-  error = DecodeOpcode(&state, &insn);
-  if (error != DecodeError::kOk) return error;
-  error = CheckErrorConditions(&state, insn);
-  if (error != DecodeError::kOk) return error;
+  if (error == DecodeError::kOk) {
+    ResolveSizes(&state, &insn);
+    error = DecodeOpcode(&state, &insn);
+  }
+  if (error == DecodeError::kOk) error = CheckErrorConditions(&state, insn);
+  if (error != DecodeError::kOk) [[unlikely]] {
+    *out = Instruction{};  // never half an instruction
+    return error;
+  }
   insn.length = static_cast<uint8_t>(state.next);
-  *out = insn;
   return DecodeError::kOk;
 }
 

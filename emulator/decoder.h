@@ -65,7 +65,8 @@ struct DecodeResult {
 DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode);
 
 // The same for the trap path: writes the instruction into *insn on success
-// (and leaves it alone otherwise) and the failing byte offset into
+// (a default Instruction{} otherwise, never half of one) and the failing
+// byte offset into
 // *error_offset on error, so the caller's Instruction is filled in place
 // rather than copied out of a returned DecodeResult.
 DecodeError DecodeInto(const uint8_t* bytes, size_t len, Mode mode,

@@ -5,9 +5,11 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pvemu/v1/trap.pb.h"
@@ -536,6 +538,46 @@ TEST(DecoderTest, InstructionToProtoFillsOperands) {
   EXPECT_EQ(msg.mnemonic(), "invlpg");
   EXPECT_TRUE(msg.memory_operand());
   EXPECT_FALSE(msg.has_gpr());
+}
+
+// Every field of an Instruction, to compare two whole.
+auto Fields(const Instruction& i) {
+  return std::make_tuple(i.kind, i.length, i.opcode_offset, i.operand_size, i.address_size,
+                         i.prefixes, i.rex, i.segment, i.has_imm_port, i.port,
+                         i.special_register, i.gpr, i.memory_operand, i.modrm, i.sib,
+                         i.displacement);
+}
+
+// The trap path reuses one Instruction: whatever it held before, a decode
+// leaves exactly what a fresh one would hold, success or failure (the
+// decoder writes in place, so a failure halfway must not leave half).
+TEST(DecoderTest, DecodeIntoLeavesNothingOfTheInstructionBefore) {
+  struct Step {
+    const char* hex;
+    Mode mode;
+  };
+  // A memory form with every field set; failures at the prefixes, the
+  // opcode, the ModRM and the final checks; the one-table fast path.
+  const Step kSteps[] = {{"2e 66 41 0f01bc24 f0ffffff", Mode::k64},
+                         {"66 f0 0f32", Mode::k32},
+                         {"0f01fa", Mode::k64},
+                         {"0f01bc", Mode::k64},
+                         {"66 0f01d1", Mode::k64},
+                         {"0f32", Mode::k64},
+                         {"0f20e8", Mode::k64}};
+  for (const Step& first : kSteps) {
+    for (const Step& then : kSteps) {
+      SCOPED_TRACE(absl::StrCat(first.hex, " then ", then.hex));
+      const std::vector<uint8_t> a = Hex(first.hex), b = Hex(then.hex);
+      Instruction reused;
+      uint8_t offset = 0;
+      DecodeInto(a.data(), a.size(), first.mode, &reused, &offset);
+      const DecodeError error = DecodeInto(b.data(), b.size(), then.mode, &reused, &offset);
+      const DecodeResult fresh = Decode(b.data(), b.size(), then.mode);
+      EXPECT_EQ(error, fresh.error);
+      EXPECT_EQ(Fields(reused), Fields(fresh.ok() ? fresh.insn : Instruction{}));
+    }
+  }
 }
 
 TEST(DecoderTest, ZeroLengthInputIsTruncatedAtOffsetZero) {
