@@ -3,25 +3,12 @@
 namespace pvemu::dispatch {
 namespace {
 
-// Fibonacci hashing: one multiply; the top bits of the product spread
-// sequential ids (vCPU numbers, neighbouring MSRs) over the whole table.
-uint32_t Slot(uint64_t key, int shift) {
-  return static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> shift);
-}
-
 // The shift that keeps log2(capacity) top bits of a product (at least one,
 // so the shift stays below 64; callers mask the slot anyway).
 int ShiftFor(uint32_t capacity) {
   int bits = 1;
   while ((uint32_t{1} << bits) < capacity) ++bits;
   return 64 - bits;
-}
-
-// Keys are stored +1 so that zero means "empty" even for domain 0 vCPU 0 or
-// MSR 0. Domain 0xffffffff with vCPU 0xffffffff would wrap to the empty
-// marker; neither Xen (domids < 0x7ff0) nor a Linux pid gets there.
-uint64_t VcpuKey(uint32_t domain, uint32_t vcpu) {
-  return ((uint64_t{domain} << 32) | vcpu) + 1;
 }
 
 }  // namespace
@@ -66,8 +53,7 @@ ShadowStore::MsrSlot* ShadowStore::FindOrCreateVcpu(uint32_t domain, uint32_t vc
   return nullptr;
 }
 
-uint64_t* ShadowStore::Get(uint32_t domain, uint32_t vcpu, uint32_t msr,
-                                        bool* fresh) {
+uint64_t* ShadowStore::GetProbing(uint32_t domain, uint32_t vcpu, uint32_t msr, bool* fresh) {
   *fresh = false;
   MsrSlot* table = FindOrCreateVcpu(domain, vcpu);
   if (table == nullptr) return nullptr;

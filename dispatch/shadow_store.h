@@ -28,7 +28,23 @@ class ShadowStore {
   // The register for (domain, vcpu, msr), created on first use with value 0
   // and *fresh = true. nullptr when a table is full (the caller injects #GP
   // rather than invent a value).
-  uint64_t* Get(uint32_t domain, uint32_t vcpu, uint32_t msr, bool* fresh);
+  uint64_t* Get(uint32_t domain, uint32_t vcpu, uint32_t msr, bool* fresh) {
+    // In line, the common case: the vCPU and the register both sit at their
+    // first probe. Keys never change once claimed, so a matching key with a
+    // table is that vCPU's table.
+    const uint64_t vkey = VcpuKey(domain, vcpu);
+    const VcpuSlot& v = vcpus_[Slot(vkey, vcpu_shift_) & vcpu_mask_];
+    MsrSlot* const table = v.table.load(std::memory_order_acquire);
+    if (table != nullptr && v.key.load(std::memory_order_relaxed) == vkey) [[likely]] {
+      const uint64_t mkey = uint64_t{msr} + 1;
+      MsrSlot& m = table[Slot(mkey, msr_shift_) & msr_mask_];
+      if (m.key.load(std::memory_order_acquire) == mkey) [[likely]] {
+        *fresh = false;
+        return &m.value;
+      }
+    }
+    return GetProbing(domain, vcpu, msr, fresh);
+  }
 
   // Forgets every register of a domain (it was destroyed). Not for the trap
   // path; concurrent traps of that domain may still see old values.
@@ -46,7 +62,21 @@ class ShadowStore {
     std::atomic<MsrSlot*> table{nullptr};
   };
 
+  // Get past the first probes, and every first use, out of line.
+  uint64_t* GetProbing(uint32_t domain, uint32_t vcpu, uint32_t msr, bool* fresh);
   MsrSlot* FindOrCreateVcpu(uint32_t domain, uint32_t vcpu);
+
+  // Fibonacci hashing: one multiply; the top bits of the product spread
+  // sequential ids (vCPU numbers, neighbouring MSRs) over the whole table.
+  static uint32_t Slot(uint64_t key, int shift) {
+    return static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> shift);
+  }
+  // Keys are stored +1 so that zero means "empty" even for domain 0 vCPU 0
+  // or MSR 0. Domain 0xffffffff with vCPU 0xffffffff would wrap to the
+  // empty marker; neither Xen (domids < 0x7ff0) nor a Linux pid gets there.
+  static uint64_t VcpuKey(uint32_t domain, uint32_t vcpu) {
+    return ((uint64_t{domain} << 32) | vcpu) + 1;
+  }
 
   const uint32_t vcpu_mask_;
   const uint32_t msr_mask_;
