@@ -56,14 +56,20 @@ bool IsPmuMsr(uint32_t msr) {
 }
 
 const CpuidDecision* DomainSnapshot::Cpuid(uint32_t leaf, uint32_t subleaf) const {
-  // One probe answers the common case, a leaf the policy does not mention.
-  auto kinds = cpuid_leaf_kinds_.find(leaf);
-  if (kinds == cpuid_leaf_kinds_.end()) return nullptr;
-  if (kinds->second & kCpuidHasExact) {
+  // One load or one probe answers the common case, a leaf the policy does
+  // not mention.
+  uint8_t kinds = 0;
+  if (const int low = LowCpuidLeaf(leaf); low >= 0) [[likely]] {
+    kinds = cpuid_low_kinds_[low];
+  } else if (auto it = cpuid_leaf_kinds_.find(leaf); it != cpuid_leaf_kinds_.end()) {
+    kinds = it->second;
+  }
+  if (kinds == 0) return nullptr;
+  if (kinds & kCpuidHasExact) {
     auto exact = cpuid_exact_.find(uint64_t{leaf} << 32 | subleaf);
     if (exact != cpuid_exact_.end()) return &exact->second;
   }
-  if (kinds->second & kCpuidHasAny) {
+  if (kinds & kCpuidHasAny) {
     auto any = cpuid_any_.find(leaf);
     if (any != cpuid_any_.end()) return &any->second;
   }
@@ -497,6 +503,11 @@ void Compiler::CompileCpuid(const Layer* overlay, const std::string& overlay_pat
   }
   for (const auto& [leaf, decision] : snapshot->cpuid_any_) {
     snapshot->cpuid_leaf_kinds_[leaf] |= DomainSnapshot::kCpuidHasAny;
+  }
+  for (const auto& [leaf, kinds] : snapshot->cpuid_leaf_kinds_) {
+    if (const int low = DomainSnapshot::LowCpuidLeaf(leaf); low >= 0) {
+      snapshot->cpuid_low_kinds_[low] = kinds;
+    }
   }
 }
 

@@ -166,6 +166,42 @@ TEST(Other, CpuidExactSubleafBeatsAnyAndDomainBeatsDefault) {
   EXPECT_EQ(d1.Cpuid(0xd, 0)->clear[0], 4u);
 }
 
+// The leaves looked up by a byte (basic 0-0x1f, extended 0x80000000-
+// 0x8000001f) and by a hash (every other) answer alike: each rule's leaf
+// finds its own decision, its neighbours on either side of a range's edge
+// find none, and no leaf borrows another's by sharing its low bits.
+TEST(Other, CpuidLeavesAtTheEdgesOfTheDirectRangesFindOnlyTheirOwnRules) {
+  // 0x8 (any subleaf) and 0x80000008 (subleaf 3 only) share their low bits.
+  const uint32_t kRuled[] = {0x0,        0x8,        0x1f,       0x20,       0x40000000,
+                             0x40000001, 0x80000000, 0x8000001f, 0x80000020, 0xc0000000,
+                             0xffffffff};
+  const uint32_t kUnruled[] = {0x1,        0x1e,       0x21,       0x3f,       0x60,
+                               0x80000001, 0x8000001e, 0x80000021, 0x8000003f, 0xc000001f,
+                               0x4000001f, 0x7fffffff};
+  std::string text = "default {\n";
+  for (uint32_t leaf : kRuled) {
+    absl::StrAppend(&text, "  cpuid { leaf: ", leaf, " source: CONST set { eax: ", leaf,
+                    " } }\n");
+  }
+  absl::StrAppend(&text, "  cpuid { leaf: 0x80000008 subleaf: 3 source: CONST set { ebx: 9 } }\n}");
+  auto s = Compile(text);
+  const DomainSnapshot& d = s->ForDomain(3);
+  for (uint32_t leaf : kRuled) {
+    SCOPED_TRACE(absl::StrCat("leaf ", absl::Hex(leaf)));
+    ASSERT_NE(d.Cpuid(leaf, 0), nullptr);
+    EXPECT_EQ(d.Cpuid(leaf, 0)->set[0], leaf);
+    EXPECT_EQ(d.Cpuid(leaf, 7)->set[0], leaf);  // any subleaf
+  }
+  for (uint32_t leaf : kUnruled) {
+    EXPECT_EQ(d.Cpuid(leaf, 0), nullptr) << absl::StrCat("leaf ", absl::Hex(leaf));
+  }
+  ASSERT_NE(d.Cpuid(0x80000008, 3), nullptr);
+  EXPECT_EQ(d.Cpuid(0x80000008, 3)->set[1], 9u);
+  EXPECT_EQ(d.Cpuid(0x80000008, 2), nullptr);
+  ASSERT_NE(d.Cpuid(0x8, 3), nullptr);
+  EXPECT_EQ(d.Cpuid(0x8, 3)->set[0], 0x8u);
+}
+
 TEST(Other, TscDomainOverridesFieldWise) {
   auto s = Compile(R"(default { tsc { mode: OFFSET offset: 100 } }
     domain { domain: 1 tsc { mode: EMULATED frequency_khz: 2000000 } })");
