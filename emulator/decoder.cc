@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pvemu/v1/trap.pb.h"
@@ -150,7 +151,8 @@ constexpr uint8_t kDefaultOperandSize[] = {16, 16, 32, 32};
 constexpr uint8_t kDefaultAddressSize[] = {16, 16, 32, 64};
 
 // The general path: any prefixes, any opcode. *out as DecodeInto says.
-DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
+// Out of line, so that DecodeInto's fast path saves no registers for it.
+ABSL_ATTRIBUTE_NOINLINE DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
                           Instruction* out, uint8_t* error_offset);
 
 }  // namespace
