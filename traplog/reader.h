@@ -52,7 +52,7 @@ struct VcpuShare {
 // string that is not UTF-8, a non-zero byte where the format wants zero);
 // InvalidArgument for a bad magic or a length over kMaxTrapRecordBytes.
 //
-// A PVTRAPS2 regular file is mapped 8 MiB at a time (mmap windows), and
+// A PVTRAPS2 regular file is mapped 4 MiB at a time (mmap windows), and
 // NextTrap() decodes straight from the mapping, without copying or
 // allocating; the file's size is looked up again at the end of what is
 // mapped, so a capture still being appended to replays as far as it is
