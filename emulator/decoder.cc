@@ -152,8 +152,9 @@ constexpr uint8_t kDefaultAddressSize[] = {16, 16, 32, 64};
 
 // The general path: any prefixes, any opcode. *out as DecodeInto says.
 // Out of line, so that DecodeInto's fast path saves no registers for it.
-ABSL_ATTRIBUTE_NOINLINE DecodeError DecodeGeneral(const uint8_t* bytes, size_t len, Mode mode,
-                          Instruction* out, uint8_t* error_offset);
+ABSL_ATTRIBUTE_NOINLINE DecodeError DecodeGeneral(const uint8_t* bytes, size_t len,
+                                                  Mode mode, Instruction* out,
+                                                  uint8_t* error_offset);
 
 }  // namespace
 

@@ -66,9 +66,8 @@ DecodeResult Decode(const uint8_t* bytes, size_t len, Mode mode);
 
 // The same for the trap path: writes the instruction into *insn on success
 // (a default Instruction{} otherwise, never half of one) and the failing
-// byte offset into
-// *error_offset on error, so the caller's Instruction is filled in place
-// rather than copied out of a returned DecodeResult.
+// byte offset into *error_offset on error, so the caller's Instruction is
+// filled in place rather than copied out of a returned DecodeResult.
 DecodeError DecodeInto(const uint8_t* bytes, size_t len, Mode mode,
                        Instruction* insn, uint8_t* error_offset);
 

@@ -128,8 +128,8 @@ inline void Tag(uint32_t index, const MsrDecision& d, Outcome* out) {
 }
 
 template <typename DomainT, typename HostT>
-ABSL_ATTRIBUTE_NOINLINE void Rdmsr(const Trap& trap, const Instruction& insn, DomainT& domain,
-           HostT& host, Outcome* out) {
+ABSL_ATTRIBUTE_NOINLINE void Rdmsr(const Trap& trap, const Instruction& insn,
+                                   DomainT& domain, HostT& host, Outcome* out) {
   if (!PrivilegeOk(trap)) return Raise(out, Vector::kGP);
   const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
   const MsrDecision& d = domain.Msr(index);
@@ -215,8 +215,8 @@ void WrmsrDecided(const Trap& trap, const Instruction& insn, uint32_t index,
 }
 
 template <typename DomainT, typename HostT>
-ABSL_ATTRIBUTE_NOINLINE void Wrmsr(const Trap& trap, const Instruction& insn, DomainT& domain,
-           HostT& host, Outcome* out) {
+ABSL_ATTRIBUTE_NOINLINE void Wrmsr(const Trap& trap, const Instruction& insn,
+                                   DomainT& domain, HostT& host, Outcome* out) {
   if (!PrivilegeOk(trap)) return Raise(out, Vector::kGP);
   const uint32_t index = static_cast<uint32_t>(trap.regs.gpr[kRcx]);
   const MsrDecision& d = domain.Msr(index);
@@ -225,8 +225,8 @@ ABSL_ATTRIBUTE_NOINLINE void Wrmsr(const Trap& trap, const Instruction& insn, Do
 }
 
 template <typename DomainT, typename HostT>
-ABSL_ATTRIBUTE_NOINLINE void Cpuid(const Trap& trap, const Instruction& insn, DomainT& domain,
-           HostT& host, Outcome* out) {
+ABSL_ATTRIBUTE_NOINLINE void Cpuid(const Trap& trap, const Instruction& insn,
+                                   DomainT& domain, HostT& host, Outcome* out) {
   const CpuidRegs r =
       domain.Cpuid(static_cast<uint32_t>(trap.regs.gpr[kRax]),
                    static_cast<uint32_t>(trap.regs.gpr[kRcx]), host);
@@ -238,8 +238,8 @@ ABSL_ATTRIBUTE_NOINLINE void Cpuid(const Trap& trap, const Instruction& insn, Do
 }
 
 template <typename DomainT, typename HostT>
-ABSL_ATTRIBUTE_NOINLINE void Rdtsc(const Trap& trap, const Instruction& insn, DomainT& domain,
-           HostT& host, Outcome* out) {
+ABSL_ATTRIBUTE_NOINLINE void Rdtsc(const Trap& trap, const Instruction& insn,
+                                   DomainT& domain, HostT& host, Outcome* out) {
   const uint64_t tsc = domain.GuestTsc(trap.host_tsc, host);
   Set32(trap, kRax, static_cast<uint32_t>(tsc), out);
   Set32(trap, kRdx, static_cast<uint32_t>(tsc >> 32), out);
