@@ -76,6 +76,14 @@ const CpuidDecision* DomainSnapshot::Cpuid(uint32_t leaf, uint32_t subleaf) cons
   return nullptr;
 }
 
+void DomainSnapshot::MarkCpuidLeaf(uint32_t leaf, uint8_t kind) {
+  if (const int low = LowCpuidLeaf(leaf); low >= 0) {
+    cpuid_low_kinds_[low] |= kind;
+  } else {
+    cpuid_leaf_kinds_[leaf] |= kind;
+  }
+}
+
 bool DomainSnapshot::EnforcedPortAllowed(uint32_t port, uint32_t width) const {
   if (width == 0) return true;
   uint64_t last = uint64_t{port} + width - 1;
@@ -498,16 +506,10 @@ void Compiler::CompileCpuid(const Layer* overlay, const std::string& overlay_pat
     }
   }
   for (const auto& [key, decision] : snapshot->cpuid_exact_) {
-    snapshot->cpuid_leaf_kinds_[static_cast<uint32_t>(key >> 32)] |=
-        DomainSnapshot::kCpuidHasExact;
+    snapshot->MarkCpuidLeaf(static_cast<uint32_t>(key >> 32), DomainSnapshot::kCpuidHasExact);
   }
   for (const auto& [leaf, decision] : snapshot->cpuid_any_) {
-    snapshot->cpuid_leaf_kinds_[leaf] |= DomainSnapshot::kCpuidHasAny;
-  }
-  for (const auto& [leaf, kinds] : snapshot->cpuid_leaf_kinds_) {
-    if (const int low = DomainSnapshot::LowCpuidLeaf(leaf); low >= 0) {
-      snapshot->cpuid_low_kinds_[low] = kinds;
-    }
+    snapshot->MarkCpuidLeaf(leaf, DomainSnapshot::kCpuidHasAny);
   }
 }
 

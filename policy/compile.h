@@ -236,18 +236,19 @@ class DomainSnapshot {
   std::vector<RuleOrigin> origins_;
   absl::flat_hash_map<uint64_t, CpuidDecision> cpuid_exact_;  // leaf << 32 | subleaf
   absl::flat_hash_map<uint32_t, CpuidDecision> cpuid_any_;
-  // Which of the two maps hold a leaf (kCpuidHas* bits), so a leaf the
-  // policy does not mention costs one probe.
+  // Which of the two maps hold a leaf (kCpuidHas* bits, MarkCpuidLeaf), so
+  // that a leaf the policy does not mention is answered at once: for the
+  // leaves guests ask for most, basic 0..0x1f and extended
+  // 0x80000000..0x8000001f (LowCpuidLeaf), by one byte load; for any other,
+  // by one hash probe.
   static constexpr uint8_t kCpuidHasExact = 1;
   static constexpr uint8_t kCpuidHasAny = 2;
-  absl::flat_hash_map<uint32_t, uint8_t> cpuid_leaf_kinds_;
-  // The same bits for the leaves guests ask for most, basic 0..0x1f and
-  // extended 0x80000000..0x8000001f (LowCpuidLeaf), so that a leaf the
-  // policy does not mention costs one byte load instead of a hash probe.
   static int LowCpuidLeaf(uint32_t leaf) {
     return (leaf & ~0x8000001fu) == 0 ? static_cast<int>((leaf & 0x1f) | (leaf >> 31) << 5) : -1;
   }
+  void MarkCpuidLeaf(uint32_t leaf, uint8_t kind);
   std::array<uint8_t, 64> cpuid_low_kinds_ = {};
+  absl::flat_hash_map<uint32_t, uint8_t> cpuid_leaf_kinds_;  // the other leaves
   std::vector<std::pair<uint32_t, uint32_t>> ports_;  // sorted, merged
   std::vector<PortGrant> port_grants_;
   TscConfig tsc_;
