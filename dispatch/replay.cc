@@ -35,9 +35,9 @@ struct LogRun {
 };
 
 // The same log split into shares (or whole, share 0 of 1) for this thread.
-// Aligned to a cache line: the threads' results sit side by side in one
-// vector, and each thread writes only its own.
-struct alignas(64) ShareResult {
+// Written once, when the thread stops (ReplayShare counts on its own stack:
+// the threads' results sit side by side in one vector).
+struct ShareResult {
   ReplayTotals totals;
   absl::Status status;
   int64_t failed_at = kNoError;
