@@ -2,12 +2,12 @@
 // trap-path structs) through the dispatcher, on one thread or split by vCPU
 // over two; BM_ReplayFileJobs is pvemuctl's replay of a file on N threads;
 // BM_ReplayFile streams a binary .traps file (read, decode to structs with
-// NextTrap, dispatch, compare with the record's expectation). BM_ReplayFile's counters: the process's peak
-// resident memory, which must not depend on the file's length (Arg: records
-// in the file; 10M is the size); the records whose outcome did not
-// match (0: the expectations are what a fresh dispatcher answered when the
-// file was written); the heap allocations of the timed loop (a few per file,
-// none per record).
+// NextTrap, dispatch, compare with the record's expectation). BM_ReplayFile's
+// counters: the process's peak resident memory, which must not depend on the
+// file's length (Arg: records in the file; 10M is the size); the
+// records whose outcome did not match (0: the expectations are what a fresh
+// dispatcher answered when the file was written); the heap allocations of
+// the timed loop (a few per file, none per record).
 #include <sys/resource.h>
 
 #include <cstdio>

@@ -78,6 +78,7 @@ TEST(ShadowStoreTest, ResetDomainForgetsItsRegistersOnly) {
     EXPECT_TRUE(fresh) << "vcpu " << vcpu;
     EXPECT_EQ(*reg, 0u);
     reg = store.Get(2, vcpu, 0x1b, &fresh);
+    ASSERT_NE(reg, nullptr);
     EXPECT_FALSE(fresh);
     EXPECT_EQ(*reg, ValueOf(2, vcpu, 0x1b));
   }
