@@ -729,11 +729,25 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Dispatcher::Session::Count(
 template <bool kObservers, bool kHeld>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::HandleImpl(
     const emulator::Trap& trap, emulator::Instruction* insn, emulator::DecodeError* error) {
-  // The breakdown by domain, instruction and MSR (CountsByKey, /metrics)
-  // only when asked for: its own copy of the path, with the counting view;
-  // off, one branch that always predicts.
-  if (count_detail_) [[unlikely]] return HandleWith<kObservers, kHeld, true>(trap, insn, error);
-  return HandleWith<kObservers, kHeld, false>(trap, insn, error);
+  // Every feature that is off costs this one test, which always predicts:
+  // the breakdown by domain, instruction and MSR (CountsByKey, /metrics;
+  // fixed for the session) and, compiled in, the observers (audit,
+  // capture). An OR of the switches, so that it is one branch, not one each.
+  const int observers = kObservers ? owner_->observers_.active_count() : 0;
+  if ((observers | count_detail_) != 0) [[unlikely]] {
+    if (observers != 0) return HandleObserved<kHeld>(trap, insn, error);
+    // The counting copy of the path stays in line: --metrics runs it on every trap.
+    return HandleWith<false, kHeld, true>(trap, insn, error);
+  }
+  return HandleWith<false, kHeld, false>(trap, insn, error);
+}
+
+template <bool kHeld>
+emulator::Outcome Dispatcher::Session::HandleObserved(const emulator::Trap& trap,
+                                                      emulator::Instruction* insn,
+                                                      emulator::DecodeError* error) {
+  if (count_detail_) return HandleWith<true, kHeld, true>(trap, insn, error);
+  return HandleWith<true, kHeld, false>(trap, insn, error);
 }
 
 template <bool kObservers, bool kHeld, bool kCounting>
@@ -763,8 +777,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
   if constexpr (kCounting) Count(snapshot, trap, decoded, decode_error, out, cached);
   if constexpr (kObservers) {
     // Audit (off unless a watcher listens), capture (off unless pvemud
-    // --capture): one load and one branch that predicts while all are off.
-    if (owner_->observers_.any_active()) [[unlikely]] {
+    // --capture): active at HandleImpl's test, and maybe gone since.
+    if (owner_->observers_.any_active()) {
       owner_->observers_.Notify(trap, out, decoded, decode_error);
     }
   }

@@ -136,6 +136,12 @@ class Dispatcher {
     template <bool kObservers, bool kHeld = false>
     emulator::Outcome HandleImpl(const emulator::Trap& trap, emulator::Instruction* insn,
                                  emulator::DecodeError* error);
+    // The path while an observer is active, out of line: a watcher or a
+    // capture costs a call, and the paths without one do not carry it.
+    template <bool kHeld>
+    ABSL_ATTRIBUTE_NOINLINE emulator::Outcome HandleObserved(const emulator::Trap& trap,
+                                                             emulator::Instruction* insn,
+                                                             emulator::DecodeError* error);
     // kCounting: count_by_domain_and_msr's copy of the path.
     template <bool kObservers, bool kHeld, bool kCounting>
     emulator::Outcome HandleWith(const emulator::Trap& trap, emulator::Instruction* insn,

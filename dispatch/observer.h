@@ -1,7 +1,8 @@
 // Trap observers: whatever wants to see handled traps besides the trap
 // source (the audit hub, a capture file). The trap path pays one relaxed load
-// and a branch that predicts while no observer is active; everything else
-// happens out of line, only for active observers.
+// (active_count), OR-ed with its other switches into one branch that predicts
+// while no observer is active; everything else happens out of line, only for
+// active observers.
 #ifndef PVEMU_DISPATCH_OBSERVER_H_
 #define PVEMU_DISPATCH_OBSERVER_H_
 
@@ -63,7 +64,10 @@ class ObserverSet {
   void Remove(TrapObserver* observer);
 
   // The trap path's test: whether any member is active.
-  bool any_active() const { return active_members_.load(std::memory_order_relaxed) > 0; }
+  bool any_active() const { return active_count() > 0; }
+  // How many members are active (never negative), for a test that ORs it
+  // with other switches.
+  int active_count() const { return active_members_.load(std::memory_order_relaxed); }
 
   // Reports one trap to every active member. Out of line: only called when
   // any_active().

@@ -2,10 +2,13 @@
 // next trap, its per-session domain cache never mixes up domains that share
 // a slot, and the path without the switchable features (DispatchTesting::HandleWithoutObservers, for
 // the benchmarks) answers exactly as the full one and counts the same, and
-// shadow registers stay each vCPU's own as a session moves between vCPUs.
+// shadow registers stay each vCPU's own as a session moves between vCPUs;
+// with the counting breakdown on or off, observers see every trap while
+// active, and every trap counts either way.
 #include "dispatch/dispatch.h"
 #include "dispatch/dispatch_testing.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -148,6 +151,56 @@ TEST_F(DispatchTest, ShadowRegistersStayEachVcpusOwnAsASessionMovesBetweenThem) 
   }
   // A vCPU neither session has seen still starts at the rule's value.
   EXPECT_EQ(ReadValue(b->Handle(trap(1, 5, false, 0))), 7u);
+}
+
+// An observer that counts what it is shown, switched on and off by the test.
+class CountingObserver final : public TrapObserver {
+ public:
+  void OnTrap(const emulator::Trap&, const emulator::Outcome&, const emulator::Instruction&,
+              emulator::DecodeError) override {
+    seen.fetch_add(1, std::memory_order_relaxed);
+  }
+  void Switch(bool on) { SetActive(on); }
+  std::atomic<uint64_t> seen{0};
+};
+
+uint64_t SumOfKinds(const Dispatcher::Counts& counts) {
+  uint64_t n = 0;
+  for (const KindCount& k : counts.kinds) n += k.count;
+  return n;
+}
+
+// The trap path tests every switchable feature at once (the counting
+// breakdown and the observers) and then takes the copy of the path for what
+// is on: each combination must observe exactly while an observer is active
+// and count every trap either way.
+TEST(DispatchFeaturesTest, ObserversSeeEveryTrapWhileActiveAndEveryTrapCountsEitherWay) {
+  for (const bool counting : {false, true}) {
+    SCOPED_TRACE(counting ? "counting on" : "counting off");
+    dispatch::DispatchOptions options;
+    options.count_by_domain_and_msr = counting;
+    testing::DefaultWorld world = testing::MakeDefaultWorld(options);
+    CountingObserver observer;
+    ASSERT_TRUE(world.dispatcher->AddObserver(&observer).ok());
+    auto session = world.dispatcher->NewSession();
+    const std::vector<emulator::Trap> traps = bench::MakeTrapMix(512);
+    const auto run = [&] {
+      for (const emulator::Trap& t : traps) (void)session->Handle(t);
+    };
+    run();  // added, not active
+    EXPECT_EQ(observer.seen.load(), 0u);
+    observer.Switch(true);
+    run();
+    EXPECT_EQ(observer.seen.load(), traps.size());
+    observer.Switch(false);
+    run();
+    EXPECT_EQ(observer.seen.load(), traps.size());
+    EXPECT_EQ(world.dispatcher->Stats().traps, 3 * traps.size());
+    if (counting) {
+      EXPECT_EQ(SumOfKinds(world.dispatcher->CountsByKey()), 3 * traps.size());
+    }
+    world.dispatcher->RemoveObserver(&observer);
+  }
 }
 
 }  // namespace
