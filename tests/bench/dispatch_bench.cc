@@ -206,20 +206,22 @@ void BM_DispatchMixCounting(benchmark::State& state) { RunMix<false, true>(state
 BENCHMARK(BM_DispatchMixCounting);
 
 // The same cost interleaved (interleave.h): a dispatcher counting against
-// one with the default options (off), on the same traps.
+// one with the default options (off), on the same traps, trap_at(i) for i
+// below stream_size (after a warm-up pass over `warm_up`).
 //   counting_pct = on vs off; noise_pct = off B vs off A.
-void BM_DispatchCountingOverhead(benchmark::State& state) {
+template <typename TrapAt>
+void RunCountingOverhead(benchmark::State& state, const std::vector<emulator::Trap>& warm_up,
+                         size_t stream_size, TrapAt trap_at) {
   World off, on(nullptr, CountingOptions());
   auto off_session = off.dispatcher->NewSession();
   auto on_session = on.dispatcher->NewSession();
-  const std::vector<emulator::Trap> traps = MakeTrapMix();
-  (void)AllocationsPerPass(*off_session, traps);
-  (void)AllocationsPerPass(*on_session, traps);
+  (void)AllocationsPerPass(*off_session, warm_up);
+  (void)AllocationsPerPass(*on_session, warm_up);
   // Variants: on A, off A, on B, off B.
   const std::array<double, 4> ns =
-      InterleavedMedians<4>(state, traps.size(), [&](int which, size_t i) {
-        emulator::Outcome out =
-            which % 2 == 0 ? on_session->Handle(traps[i]) : off_session->Handle(traps[i]);
+      InterleavedMedians<4>(state, stream_size, [&](int which, size_t i) {
+        const emulator::Trap& t = trap_at(i);
+        emulator::Outcome out = which % 2 == 0 ? on_session->Handle(t) : off_session->Handle(t);
         benchmark::DoNotOptimize(out);
       });
   const double counting = (ns[0] + ns[2]) / 2, plain = (ns[1] + ns[3]) / 2;
@@ -227,6 +229,12 @@ void BM_DispatchCountingOverhead(benchmark::State& state) {
   state.counters["off_ns"] = plain;
   state.counters["counting_pct"] = 100.0 * (counting - plain) / plain;
   state.counters["noise_pct"] = 100.0 * (ns[3] - ns[1]) / ns[1];
+}
+
+void BM_DispatchCountingOverhead(benchmark::State& state) {
+  const std::vector<emulator::Trap> traps = MakeTrapMix();
+  RunCountingOverhead(state, traps, traps.size(),
+                      [&](size_t i) -> const emulator::Trap& { return traps[i]; });
 }
 BENCHMARK(BM_DispatchCountingOverhead);
 
@@ -239,27 +247,13 @@ BENCHMARK(BM_DispatchCountingOverhead);
 // difference from BM_DispatchCountingOverhead is what the benchmark's
 // stream evicts.
 void BM_DispatchCountingOverheadInL1(benchmark::State& state) {
-  World off, on(nullptr, CountingOptions());
-  auto off_session = off.dispatcher->NewSession();
-  auto on_session = on.dispatcher->NewSession();
   constexpr size_t kPool = 64;
   const std::vector<emulator::Trap> pool = MakeTrapMix(kPool);
   std::vector<uint16_t> draws(kTrapMixSize);
   std::mt19937 rng(20261207);
   for (uint16_t& d : draws) d = static_cast<uint16_t>(rng() % kPool);
-  (void)AllocationsPerPass(*off_session, pool);
-  (void)AllocationsPerPass(*on_session, pool);
-  const std::array<double, 4> ns =
-      InterleavedMedians<4>(state, draws.size(), [&](int which, size_t i) {
-        const emulator::Trap& t = pool[draws[i]];
-        emulator::Outcome out = which % 2 == 0 ? on_session->Handle(t) : off_session->Handle(t);
-        benchmark::DoNotOptimize(out);
-      });
-  const double counting = (ns[0] + ns[2]) / 2, plain = (ns[1] + ns[3]) / 2;
-  state.counters["counting_ns"] = counting;
-  state.counters["off_ns"] = plain;
-  state.counters["counting_pct"] = 100.0 * (counting - plain) / plain;
-  state.counters["noise_pct"] = 100.0 * (ns[3] - ns[1]) / ns[1];
+  RunCountingOverhead(state, pool, draws.size(),
+                      [&](size_t i) -> const emulator::Trap& { return pool[draws[i]]; });
 }
 BENCHMARK(BM_DispatchCountingOverheadInL1);
 
