@@ -62,7 +62,7 @@ struct FleetWorld {
   std::vector<std::unique_ptr<v1::EmulatorService::Stub>> emulators;
   std::unique_ptr<v1::FleetService::Stub> fleet;
 
-  // The first `hosts` of h1, h2, h3.
+  // The first `hosts_wanted` of h1, h2, h3.
   explicit FleetWorld(size_t hosts_wanted = 3) {
     if (access(kEtcd, X_OK) != 0) {
       error = absl::StrCat(kEtcd, " is missing: install etcd-server (scripts/install-deps)");
