@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -167,35 +166,30 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
   // "outcome unknown"), but it costs no time of its own. When the read
   // finds the cache behind, the edit is made again from what etcd holds.
   // Any other key is read first, as before.
-  const auto read_now = [this, &key]() -> absl::StatusOr<std::optional<KeyValue>> {
-    absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
-    if (!read.ok()) return read.status();
-    if (read->kvs.empty()) return std::optional<KeyValue>();
-    return std::optional<KeyValue>(std::move(read->kvs[0]));
-  };
   std::optional<KeyValue> current;
-  std::future<absl::StatusOr<std::optional<KeyValue>>> verify;
+  // The read beside the edit runs on gRPC's threads (EtcdClient::StartGet):
+  // no thread to start, and cancelled if the edit ends before it is needed.
+  std::unique_ptr<EtcdClient::PendingGet> verify;
   if (std::optional<Watcher::CachedValue> cached =
           watcher_ != nullptr ? watcher_->Cached(key) : std::nullopt;
       cached.has_value()) {
     current = std::move(cached->kv);
-    // async | deferred: on its own thread, or (no thread to be had, EAGAIN:
-    // libstdc++ falls back rather than throw) at the wait, in line.
-    verify = std::async(std::launch::async | std::launch::deferred, read_now);
+    verify = etcd_.StartGet(key, kReadTimeout);
   } else {
-    absl::StatusOr<std::optional<KeyValue>> read = read_now();
+    absl::StatusOr<RangeResult> read = etcd_.Get(key, "", 0, kReadTimeout);
     if (!read.ok()) return NotWritten(read.status(), key);
-    current = *std::move(read);
+    if (!read->kvs.empty()) current = std::move(read->kvs[0]);
   }
   // Waits for the read beside the edit: true when it found what the edit
   // was made from (or there was none), false when `current` moved on.
   const auto verified = [&]() -> absl::StatusOr<bool> {
-    if (!verify.valid()) return true;
-    absl::StatusOr<std::optional<KeyValue>> read = verify.get();
+    if (verify == nullptr) return true;
+    absl::StatusOr<RangeResult> read = verify->Wait();
+    verify.reset();
     if (!read.ok()) return NotWritten(read.status(), key);
-    const int64_t seen = read->has_value() ? (*read)->mod_revision : 0;
+    const int64_t seen = read->kvs.empty() ? 0 : read->kvs[0].mod_revision;
     if (seen == (current.has_value() ? current->mod_revision : 0)) return true;
-    current = *std::move(read);
+    current = read->kvs.empty() ? std::optional<KeyValue>() : std::move(read->kvs[0]);
     return false;
   };
   const absl::Time was_read = absl::Now();

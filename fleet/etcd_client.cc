@@ -196,6 +196,41 @@ absl::StatusOr<RangeResult> EtcdClient::Get(const std::string& key, const std::s
   return ToRangeResult(response.header().revision(), response);
 }
 
+EtcdClient::PendingGet::PendingGet(const EtcdClient& client, std::string key,
+                                   absl::Duration timeout)
+    : client_(client), key_(std::move(key)), deadline_(absl::Now() + timeout) {
+  request_.set_key(key_);
+  Prepare(&context_, timeout);
+  client_.kv_->async()->Range(&context_, &request_, &response_, [this](grpc::Status status) {
+    status_ = std::move(status);
+    done_.Notify();
+  });
+}
+
+EtcdClient::PendingGet::~PendingGet() {
+  // The callback writes into this object: it must have run before it goes.
+  if (!waited_) context_.TryCancel();
+  done_.WaitForNotification();
+}
+
+absl::StatusOr<RangeResult> EtcdClient::PendingGet::Wait() {
+  waited_ = true;
+  done_.WaitForNotification();
+  if (status_.ok()) return ToRangeResult(response_.header().revision(), response_);
+  // An election in progress: the rest of the time goes to Get's retries.
+  if (status_.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      absl::Now() + absl::Milliseconds(100) < deadline_) {
+    absl::SleepFor(absl::Milliseconds(100));
+    return client_.Get(key_, "", 0, deadline_ - absl::Now());
+  }
+  return client_.Error(status_, absl::StrCat("reading ", key_));
+}
+
+std::unique_ptr<EtcdClient::PendingGet> EtcdClient::StartGet(const std::string& key,
+                                                             absl::Duration timeout) const {
+  return std::unique_ptr<PendingGet>(new PendingGet(*this, key, timeout));
+}
+
 absl::StatusOr<std::vector<RangeResult>> EtcdClient::GetAll(const std::vector<KeyRange>& ranges,
                                                             int64_t revision,
                                                             absl::Duration timeout) const {

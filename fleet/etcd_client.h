@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/channel.h"
@@ -60,6 +61,32 @@ class EtcdClient {
   // (0: now; linearizable). A compacted revision fails with OUT_OF_RANGE.
   absl::StatusOr<RangeResult> Get(const std::string& key, const std::string& range_end,
                                   int64_t revision, absl::Duration timeout) const;
+  // The same linearizable read of one key, started now and waited for
+  // later, so that a caller can work beside it without a thread of its own:
+  // the first attempt runs on gRPC's own threads, and Wait() answers as Get
+  // would, retrying within `timeout` as Get does. Destroying it unwaited
+  // cancels the read.
+  class PendingGet {
+   public:
+    ~PendingGet();
+    PendingGet(const PendingGet&) = delete;
+    PendingGet& operator=(const PendingGet&) = delete;
+    absl::StatusOr<RangeResult> Wait();
+
+   private:
+    friend class EtcdClient;
+    PendingGet(const EtcdClient& client, std::string key, absl::Duration timeout);
+    const EtcdClient& client_;
+    const std::string key_;
+    const absl::Time deadline_;
+    etcdserverpb::RangeRequest request_;
+    etcdserverpb::RangeResponse response_;
+    grpc::ClientContext context_;
+    grpc::Status status_;
+    absl::Notification done_;
+    bool waited_ = false;
+  };
+  std::unique_ptr<PendingGet> StartGet(const std::string& key, absl::Duration timeout) const;
   // Several reads at one revision (0: the current one) in one round trip (a
   // transaction of reads), one result each, in order.
   struct KeyRange {

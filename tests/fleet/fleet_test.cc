@@ -4,6 +4,7 @@
 // etcd members killed, the whole cluster stopped, and history compacted.
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -359,6 +360,46 @@ TEST_F(FleetTest, AHostAwayWhileEtcdCompactedPastItsRevisionConvergesWhenBack) {
   StartHost(2);
   EXPECT_TRUE(AllRead(kEpb, {1, 5, 5}, std::chrono::seconds(10)));
   EXPECT_GE(Stats(2).generation(), std::stoull(current));
+}
+
+// The read an edit starts beside its checks (EtcdClient::StartGet), on a
+// cluster of its own: it answers as Get does, a dropped one is cancelled
+// without waiting out its timeout, and under a lost quorum it fails in time
+// naming etcd and the key.
+TEST(EtcdClientTest, AReadStartedNowAnswersAsGetIsCancelledWhenDroppedAndFailsWithoutQuorum) {
+  const std::string dir = MakeTempDir();
+  EtcdCluster etcd(dir);
+  ASSERT_TRUE(etcd.Start()) << "the etcd cluster did not come up; see " << dir;
+  std::unique_ptr<fleet::EtcdClient> client = etcd.Client();
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<int64_t> put = client->Put("/pvemu-test/k", "v1", 0, absl::Seconds(5));
+  ASSERT_TRUE(put.ok()) << put.status();
+
+  absl::StatusOr<fleet::RangeResult> read =
+      client->StartGet("/pvemu-test/k", absl::Seconds(5))->Wait();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->kvs.size(), 1u);
+  EXPECT_EQ(read->kvs[0].value, "v1");
+  EXPECT_EQ(read->kvs[0].mod_revision, *put);
+  EXPECT_GE(read->revision, *put);
+  read = client->StartGet("/pvemu-test/none", absl::Seconds(5))->Wait();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->kvs.empty());
+
+  // Quorum lost: dropped unwaited, it goes at once; waited, it fails within
+  // its timeout (and Get's retries), naming etcd and the key.
+  etcd.KillMember(0);
+  etcd.KillMember(1);
+  auto start = std::chrono::steady_clock::now();
+  client->StartGet("/pvemu-test/k", absl::Seconds(3)).reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  start = std::chrono::steady_clock::now();
+  read = client->StartGet("/pvemu-test/k", absl::Seconds(3))->Wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("etcd at " + etcd.Endpoints()));
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("reading /pvemu-test/k"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
