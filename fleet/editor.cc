@@ -193,7 +193,9 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     return false;
   };
   const absl::Time was_read = absl::Now();
-  absl::Time checked_at, committed_at;
+  // The checks' parts, for the trace: the new value made, this host's
+  // check (and the ties) done, then the wait for the read beside them.
+  absl::Time valued_at, host_checked_at, checked_at, committed_at;
   std::string value;
   int64_t mod_revision = 0;
   absl::StatusOr<etcdserverpb::TxnResponse> done;
@@ -216,6 +218,7 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     value = absl::StrCat("# pvemu: edited by ", edit.who, " on ", host_name_, " at ",
                          absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()),
                          "\n", ToTextProto(policy));
+    valued_at = absl::Now();
 
     // This host's whole layer set with the edit must still apply here.
     if (absl::Status checked = applier_.Check(key, value); !checked.ok()) {
@@ -227,6 +230,7 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
       if (absl::IsInvalidArgument(ties)) return ties;
       return NotWritten(ties, key);
     }
+    host_checked_at = absl::Now();
 
     ASSIGN_OR_RETURN(const bool same, verified());
     if (!same) continue;  // the cache was behind: made again from etcd's value
@@ -293,11 +297,13 @@ absl::StatusOr<v1::FleetEditResponse> Editor::Edit(const LevelEdit& edit) {
     const bool mine = t.revision == revision;
     std::fprintf(stderr,
                  "pvemud: fleet trace: edit of %s at revision %lld: read %.3f ms, new value and "
-                 "checks %.3f ms, txn %.3f ms, watch event %.3f ms, compose %.3f ms, store "
+                 "checks %.3f ms (new value %.3f, this host's check %.3f, the read beside them "
+                 "%.3f), txn %.3f ms, watch event %.3f ms, compose %.3f ms, store "
                  "(validate, compile, persist, swap) %.3f ms%s, to the answer %.3f ms; total "
                  "%.3f ms\n",
                  key.c_str(), static_cast<long long>(revision), Ms(began, was_read),
-                 Ms(was_read, checked_at), Ms(checked_at, committed_at),
+                 Ms(was_read, checked_at), Ms(was_read, valued_at), Ms(valued_at, host_checked_at),
+                 Ms(host_checked_at, checked_at), Ms(checked_at, committed_at),
                  mine ? Ms(committed_at, t.started) : -1.0, mine ? Ms(t.started, t.composed) : -1.0,
                  mine ? Ms(t.composed, t.committed) : -1.0,
                  mine && t.checked ? " (the check's compile)" : "",
