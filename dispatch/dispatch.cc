@@ -775,13 +775,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline emulator::Outcome Dispatcher::Session::Handl
     NoteLearning(snapshot, *cached.snap, trap, decoded, view.relaxed(), &out);
   }
   if constexpr (kCounting) Count(snapshot, trap, decoded, decode_error, out, cached);
-  if constexpr (kObservers) {
-    // Audit (off unless a watcher listens), capture (off unless pvemud
-    // --capture): active at HandleImpl's test, and maybe gone since.
-    if (owner_->observers_.any_active()) {
-      owner_->observers_.Notify(trap, out, decoded, decode_error);
-    }
-  }
+  // Audit (off unless a watcher listens), capture (off unless pvemud
+  // --capture): active at HandleImpl's test; Notify skips one gone since.
+  if constexpr (kObservers) owner_->observers_.Notify(trap, out, decoded, decode_error);
   if (error != nullptr) *error = decode_error;
   return out;
 }

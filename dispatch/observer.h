@@ -63,14 +63,12 @@ class ObserverSet {
   absl::Status Add(TrapObserver* observer);
   void Remove(TrapObserver* observer);
 
-  // The trap path's test: whether any member is active.
-  bool any_active() const { return active_count() > 0; }
-  // How many members are active (never negative), for a test that ORs it
-  // with other switches.
+  // The trap path's test: how many members are active (never negative), so
+  // that it ORs with the session's other switches into one branch.
   int active_count() const { return active_members_.load(std::memory_order_relaxed); }
 
-  // Reports one trap to every active member. Out of line: only called when
-  // any_active().
+  // Reports one trap to every active member (none: nothing). Out of line:
+  // the trap path calls it only after active_count() said some were.
   ABSL_ATTRIBUTE_NOINLINE void Notify(const emulator::Trap& trap, const emulator::Outcome& outcome,
                                       const emulator::Instruction& insn,
                                       emulator::DecodeError error) const;
