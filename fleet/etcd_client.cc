@@ -151,21 +151,29 @@ namespace {
 
 // A read is safe to repeat: an election in progress ("leader changed", "no
 // leader": UNAVAILABLE) is waited out within the timeout, as etcd's own
-// client does. `call(context)` makes one attempt.
+// client does. Whether a read that failed with `status` is tried again
+// before `deadline`, after sleeping until then.
+constexpr absl::Duration kReadRetryPause = absl::Milliseconds(100);
+bool PauseToRetry(const grpc::Status& status, absl::Time deadline) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+      absl::Now() + kReadRetryPause >= deadline) {
+    return false;
+  }
+  absl::SleepFor(kReadRetryPause);
+  return true;
+}
+
+// `call(context)` makes one attempt; PauseToRetry decides on another.
 template <typename Call>
 grpc::Status ReadRetrying(absl::Duration timeout, Call call) {
   const absl::Time deadline = absl::Now() + timeout;
   grpc::Status status;
-  while (true) {
+  do {
     grpc::ClientContext context;
     EtcdClient::Prepare(&context, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     status = call(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() + absl::Milliseconds(100) >= deadline) {
-      return status;
-    }
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  } while (PauseToRetry(status, deadline));
+  return status;
 }
 
 RangeResult ToRangeResult(int64_t revision, const etcdserverpb::RangeResponse& response) {
@@ -218,11 +226,7 @@ absl::StatusOr<RangeResult> EtcdClient::PendingGet::Wait() {
   done_.WaitForNotification();
   if (status_.ok()) return ToRangeResult(response_.header().revision(), response_);
   // An election in progress: the rest of the time goes to Get's retries.
-  if (status_.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      absl::Now() + absl::Milliseconds(100) < deadline_) {
-    absl::SleepFor(absl::Milliseconds(100));
-    return client_.Get(key_, "", 0, deadline_ - absl::Now());
-  }
+  if (PauseToRetry(status_, deadline_)) return client_.Get(key_, "", 0, deadline_ - absl::Now());
   return client_.Error(status_, absl::StrCat("reading ", key_));
 }
 
